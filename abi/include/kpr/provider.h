@@ -245,6 +245,7 @@ typedef struct kpr_provider_identity {
     uint32_t n_sass_archs;
     const uint32_t *ptx_archs;  /* PTX present (JIT-compilable for this and newer)                */
     uint32_t n_ptx_archs;
+    uint32_t opt_in;            /* 1: off unless the config, a rule or KPR_ENABLE enables it      */
 } kpr_provider_identity;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -428,7 +429,8 @@ KPR_STATIC_ASSERT(offsetof(kpr_option_decl, name) == 8 && offsetof(kpr_option_de
 KPR_STATIC_ASSERT(offsetof(kpr_option_set, items) == 8 && sizeof(kpr_option_set) == 16,
                   "kpr_option_set layout is frozen");
 KPR_STATIC_ASSERT(offsetof(kpr_provider_identity, name) == 8 && offsetof(kpr_provider_identity, sass_archs) == 40 &&
-                      offsetof(kpr_provider_identity, n_ptx_archs) == 64 && sizeof(kpr_provider_identity) == 72,
+                      offsetof(kpr_provider_identity, n_ptx_archs) == 64 &&
+                      offsetof(kpr_provider_identity, opt_in) == 68 && sizeof(kpr_provider_identity) == 72,
                   "kpr_provider_identity layout is frozen");
 KPR_STATIC_ASSERT(offsetof(kpr_offer, prepared_bytes) == 16 && offsetof(kpr_offer, reason) == 32 &&
                       sizeof(kpr_offer) == 288,

@@ -1,0 +1,55 @@
+// Shared pieces of the `kpr` command: global options, runtime creation, output helpers.
+#pragma once
+
+#include <kpr/runtime.hpp>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kpr::cli {
+
+struct Globals {
+    std::string config;
+    std::vector<std::string> provider_paths;
+    std::string log_level;
+    std::string simulate;  // --simulate-device NAME or FILE (plan)
+    bool no_gpu = false;
+};
+
+// The runtime as the global options say. Throws kpr::Error.
+Runtime make_runtime(const Globals &g);
+
+// A fixed-width text table.
+class Table {
+public:
+    explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+    void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+    std::string str() const;
+
+private:
+    std::vector<std::vector<std::string>> rows_;
+};
+
+std::string human_bytes(uint64_t b);
+uint32_t parse_type(const std::string &name);  // ggml's names, case-insensitive; throws kpr::Error (exit 2)
+nlohmann::json device_json(const Device &d);
+
+// Subcommands register themselves: each adds its CLI11 subcommand and returns the action to run.
+using Action = std::function<int()>;
+struct Command {
+    CLI::App *app;
+    Action action;
+};
+Command add_devices(CLI::App &root, Globals &g);
+Command add_providers(CLI::App &root, Globals &g);
+Command add_plan(CLI::App &root, Globals &g);
+Command add_selftest(CLI::App &root, Globals &g);
+Command add_config(CLI::App &root, Globals &g);
+Command add_doctor(CLI::App &root, Globals &g);
+
+} // namespace kpr::cli

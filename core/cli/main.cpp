@@ -1,0 +1,95 @@
+// kpr: the command line. Exit codes: 0 success, 1 a failed check or bad input, 2 a usage error.
+#include "cli.hpp"
+
+#include <kpr/error.hpp>
+#include <kpr/formats.hpp>
+
+#include <iostream>
+
+namespace kpr::cli {
+
+Runtime make_runtime(const Globals &g) {
+    RuntimeOptions o;
+    if (!g.config.empty()) o.config_file = g.config;
+    for (auto &p : g.provider_paths) o.provider_paths.emplace_back(p);
+    o.log_level = g.log_level;
+    o.probe_gpus = !g.no_gpu;
+    if (!g.simulate.empty()) {
+        if (auto d = simulated_device(g.simulate)) o.extra_devices.push_back(*d);
+        else if (g.simulate.find('/') != std::string::npos || g.simulate.ends_with(".toml"))
+            o.extra_devices.push_back(load_device_file(g.simulate));
+        else
+            throw Error(fmt::format("--simulate-device: unknown device '{}' (built in: {}; or a TOML device file)",
+                                    g.simulate, fmt::join(simulated_device_names(), ", ")),
+                        2);
+    }
+    return Runtime::create(o);
+}
+
+std::string Table::str() const {
+    std::vector<size_t> w;
+    for (auto &r : rows_)
+        for (size_t i = 0; i < r.size(); ++i) {
+            if (w.size() <= i) w.push_back(0);
+            w[i] = std::max(w[i], r[i].size());
+        }
+    std::string out;
+    for (auto &r : rows_) {
+        std::string line;
+        for (size_t i = 0; i < r.size(); ++i)
+            line += i + 1 == r.size() ? r[i] : fmt::format("{:<{}}  ", r[i], w[i]);
+        line.erase(line.find_last_not_of(' ') + 1);
+        out += line + "\n";
+    }
+    return out;
+}
+
+std::string human_bytes(uint64_t b) {
+    if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", b / double(1ull << 30));
+    if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
+    if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", b / double(1ull << 10));
+    return fmt::format("{} B", b);
+}
+
+uint32_t parse_type(const std::string &name) {
+    if (auto t = formats::type_from_name(name)) return *t;
+    std::vector<std::string> names;
+    for (auto *ti : formats::supported_types()) names.push_back(ti->name);
+    throw Error(fmt::format("--type: unknown weight type '{}' (kpr knows: {})", name, fmt::join(names, ", ")), 2);
+}
+
+} // namespace kpr::cli
+
+int main(int argc, char **argv) {
+    using namespace kpr::cli;
+    CLI::App app{"kpr: a kernel provider runtime for LLM inference.\n"
+                 "Probes the machine, loads provider libraries, and negotiates which kernel serves each op."};
+    app.set_version_flag("--version", "kpr " + kpr::version());
+    app.require_subcommand(1);
+    Globals g;
+    app.add_option("--config", g.config, "configuration file (TOML); default: $KPR_CONFIG, else none");
+    app.add_option("--provider-path", g.provider_paths, "directory to search for providers first (repeatable)");
+    app.add_option("--log-level", g.log_level, "trace, debug, info, warn (default), error, off; default: $KPR_LOG")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+    app.add_flag("--no-gpu", g.no_gpu, "do not probe GPUs");
+
+    std::vector<Command> commands = {add_devices(app, g), add_providers(app, g), add_plan(app, g),
+                                     add_selftest(app, g), add_config(app, g),   add_doctor(app, g)};
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        int rc = app.exit(e);
+        return rc == 0 ? 0 : 2;
+    }
+    try {
+        for (auto &c : commands)
+            if (c.app && c.app->parsed()) return c.action();
+    } catch (const kpr::Error &e) {
+        std::cerr << "kpr: error: " << e.what() << "\n";
+        return e.exit_code();
+    } catch (const std::exception &e) {
+        std::cerr << "kpr: error: " << e.what() << "\n";
+        return 1;
+    }
+    return 2;
+}

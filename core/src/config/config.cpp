@@ -53,12 +53,12 @@ const toml::table &get_table(const std::string &file, const toml::node &n, const
     fail(file, n, key, fmt::format("expected a table, found {}", type_name(n)));
 }
 
-void unknown_key(const std::string &file, const toml::node &n, const std::string &key,
+void unknown_key(const std::string &file, const toml::key &k, const toml::node &, const std::string &key,
                  const std::vector<std::string> &allowed) {
     std::string leaf = key.substr(key.rfind('.') + 1);
     std::string hint = closest_name(leaf, allowed);
-    fail(file, n, key, hint.empty() ? fmt::format("unknown key (allowed: {})", fmt::join(allowed, ", "))
-                                    : fmt::format("unknown key (did you mean '{}'?)", hint));
+    throw Error(fmt::format("{}: {}: {}", pos(file, k.source()), key, hint.empty() ? fmt::format("unknown key (allowed: {})", fmt::join(allowed, ", "))
+                                    : fmt::format("unknown key (did you mean '{}'?)", hint)));
 }
 
 ProviderSettings parse_provider(const std::string &file, const toml::table &t, const std::string &prefix) {
@@ -67,11 +67,11 @@ ProviderSettings parse_provider(const std::string &file, const toml::table &t, c
     s.where = pos(file, t.source());
     for (auto &&[k, v] : t) {
         std::string key = prefix + "." + std::string(k.str());
-        std::string where = pos(file, v.source());
-        if (k == "enabled") s.enabled = Setting<bool>{get_bool(file, v, key), where};
-        else if (k == "force") s.force = Setting<bool>{get_bool(file, v, key), where};
-        else if (k == "require") s.require = Setting<bool>{get_bool(file, v, key), where};
-        else if (k == "priority") s.priority = Setting<int64_t>{get_int(file, v, key), where};
+        auto where = [&](const std::string &value) { return fmt::format("{} ({} = {})", pos(file, k.source()), key, value); };
+        if (k == "enabled") { bool b = get_bool(file, v, key); s.enabled = Setting<bool>{b, where(b ? "true" : "false")}; }
+        else if (k == "force") { bool b = get_bool(file, v, key); s.force = Setting<bool>{b, where(b ? "true" : "false")}; }
+        else if (k == "require") { bool b = get_bool(file, v, key); s.require = Setting<bool>{b, where(b ? "true" : "false")}; }
+        else if (k == "priority") { int64_t i = get_int(file, v, key); s.priority = Setting<int64_t>{i, where(std::to_string(i))}; }
         else if (k == "options") {
             for (auto &&[ok, ov] : get_table(file, v, key)) {
                 std::string okey = key + "." + std::string(ok.str());
@@ -84,7 +84,7 @@ ProviderSettings parse_provider(const std::string &file, const toml::table &t, c
                 else fail(file, ov, okey, fmt::format("an option value must be a boolean, integer, float or string, found {}", type_name(ov)));
                 s.options[std::string(ok.str())] = o;
             }
-        } else unknown_key(file, v, key, keys);
+        } else unknown_key(file, k, v, key, keys);
     }
     return s;
 }
@@ -139,7 +139,7 @@ Config Config::parse(const std::string &text, const std::string &file) {
                     if (std::find(levels.begin(), levels.end(), lvl) == levels.end())
                         fail(file, rv, rkey, fmt::format("'{}' is not a log level (one of {})", lvl, fmt::join(levels, ", ")));
                     c.log_level = lvl;
-                } else unknown_key(file, rv, rkey, rk);
+                } else unknown_key(file, rk_, rv, rkey, rk);
             }
         } else if (key == "providers") {
             c.providers = parse_providers(file, v, "providers");
@@ -158,11 +158,11 @@ Config Config::parse(const std::string &text, const std::string &file) {
                     else if (mk_ == "arch") r.arch = get_string(file, mv, mkey);
                     else if (mk_ == "device_name") r.device_name = get_string(file, mv, mkey);
                     else if (mk_ == "providers") r.providers = parse_providers(file, mv, mkey);
-                    else unknown_key(file, mv, mkey, mk);
+                    else unknown_key(file, mk_, mv, mkey, mk);
                 }
                 c.rules.push_back(std::move(r));
             }
-        } else unknown_key(file, v, key, top);
+        } else unknown_key(file, k, v, key, top);
     }
     return c;
 }

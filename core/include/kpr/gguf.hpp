@@ -99,7 +99,8 @@ struct TensorOp {
     uint32_t n_experts;
     bool grouped() const { return n_experts > 1; }
 };
-// Throws kpr::Error (naming `file` and the tensor) unless the tensor is 2-D or 3-D (trailing 1s allowed).
+// Throws kpr::Error (naming `file` and the tensor) unless the tensor has 1 to 3 dimensions (a 4th of 1 is
+// allowed; a 1-D tensor is one row, since ggml drops trailing dimensions of 1).
 TensorOp tensor_op(const Tensor &t, std::string_view file = {});
 // The op descriptor for `op` with `ncols` activation columns; 3-D tensors give KPR_OP_GEMV_GROUPED.
 kpr_op_desc make_op_desc(const TensorOp &op, uint32_t ncols, uint32_t n_used = 1, uint32_t x_slots = 1);

@@ -124,10 +124,11 @@ uint64_t Tensor::elements() const {
 
 TensorOp tensor_op(const Tensor &t, std::string_view file) {
     const std::string where = (file.empty() ? std::string() : std::string(file) + ": ") + "tensor '" + t.name + "'";
-    if (t.ne.size() < 2) throw Error(where + ": field 'ne' has " + std::to_string(t.ne.size()) + " dimension(s); a weight matrix needs 2 or 3");
+    // ggml drops trailing dimensions of 1, so a one-row matrix is stored 1-D.
+    if (t.ne.empty()) throw Error(where + ": field 'n_dims' is 0; a weight matrix needs 1 to 3 dimensions");
     if (t.ne.size() == 4 && t.ne[3] != 1)
         throw Error(where + ": field 'ne[3]' = " + std::to_string(t.ne[3]) + "; a weight tensor has at most 3 dimensions");
-    TensorOp op{t.type, t.ne[1], t.ne[0], 1};
+    TensorOp op{t.type, t.ne.size() >= 2 ? t.ne[1] : 1, t.ne[0], 1};
     if (t.ne.size() >= 3) {
         if (t.ne[2] > UINT32_MAX) throw Error(where + ": field 'ne[2]' = " + std::to_string(t.ne[2]) + " experts is too many");
         op.n_experts = static_cast<uint32_t>(t.ne[2]);

@@ -16,6 +16,7 @@ constexpr uint32_t kQK = KPR_QK;
 constexpr uint32_t kQK_K = KPR_QK_K;
 
 // id, name, block, bytes, supported. Ids ggml retired (4, 5, 31..33, 36..38) are absent.
+// (PyPI gguf lists Q8_1 as 40 bytes, an old layout; ggml's block_q8_1 is 36.)
 constexpr TypeInfo kTypes[] = {
     {KPR_TYPE_F32, "f32", 1, 4, true},
     {KPR_TYPE_F16, "f16", 1, 2, true},
@@ -49,9 +50,11 @@ constexpr TypeInfo kTypes[] = {
     {34, "tq1_0", kQK_K, 54, false},
     {35, "tq2_0", kQK_K, 66, false},
     {39, "mxfp4", kQK, 17, false},
+    {40, "nvfp4", 64, 36, false},
+    {41, "q1_0", 128, 18, false},
 };
 
-constexpr uint32_t kMaxId = 40;
+constexpr uint32_t kMaxId = 42;
 
 constexpr std::array<const TypeInfo *, kMaxId> make_index() {
     std::array<const TypeInfo *, kMaxId> idx{};

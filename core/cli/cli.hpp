@@ -51,5 +51,8 @@ Command add_plan(CLI::App &root, Globals &g);
 Command add_selftest(CLI::App &root, Globals &g);
 Command add_config(CLI::App &root, Globals &g);
 Command add_doctor(CLI::App &root, Globals &g);
+Command add_gemv(CLI::App &root, Globals &g);
+// kpr plan --model: every weight tensor's winner and memory; exit 1 when a tensor has none.
+int plan_model(const Globals &g, const std::string &model, uint32_t ncols, const std::string &device, bool json);
 
 } // namespace kpr::cli

@@ -7,16 +7,17 @@ namespace kpr::cli {
 
 Command add_plan(CLI::App &root, Globals &g) {
     struct Args {
-        std::string type, op = "gemv", device, provider;
+        std::string type, op = "gemv", device, provider, model;
         uint64_t rows = 0, cols = 0;
         uint32_t ncols = 1, experts = 0, used = 0, x_slots = 1;
         bool explain = false, json = false;
     };
     auto a = std::make_shared<Args>();
     auto *sub = root.add_subcommand("plan", "negotiate an op: the winning provider and, with --explain, every answer");
-    sub->add_option("--type", a->type, "weight type as ggml names it: q8_0, q4_K, iq3_xxs, f16, ...")->required();
-    sub->add_option("--rows", a->rows, "output rows (ne1)")->required()->check(CLI::PositiveNumber);
-    sub->add_option("--cols", a->cols, "input columns, K (ne0)")->required()->check(CLI::PositiveNumber);
+    sub->add_option("--model", a->model, "plan every weight tensor of a GGUF model instead of one op");
+    sub->add_option("--type", a->type, "weight type as ggml names it: q8_0, q4_K, iq3_xxs, f16, ...");
+    sub->add_option("--rows", a->rows, "output rows (ne1)")->check(CLI::PositiveNumber);
+    sub->add_option("--cols", a->cols, "input columns, K (ne0)")->check(CLI::PositiveNumber);
     sub->add_option("--ncols", a->ncols, "activation columns, 1..8 (default 1)");
     sub->add_option("--op", a->op, "gemv (default) or gemv_grouped")->check(CLI::IsMember({"gemv", "gemv_grouped"}));
     sub->add_option("--experts", a->experts, "gemv_grouped: stacked experts");
@@ -29,6 +30,12 @@ Command add_plan(CLI::App &root, Globals &g) {
     sub->add_flag("--explain", a->explain, "show every provider's answer and the reason");
     sub->add_flag("--json", a->json, "one JSON object: provider (or null), device, answers");
     return {sub, [&g, a] {
+                if (!a->model.empty()) {
+                    if (!a->type.empty() || a->rows || a->cols)
+                        throw Error("plan: give either --model or --type/--rows/--cols, not both", 2);
+                    return plan_model(g, a->model, a->ncols, a->device, a->json);
+                }
+                if (a->type.empty() || !a->rows || !a->cols) throw Error("plan: --type, --rows and --cols are required (or --model)", 2);
                 uint32_t type = parse_type(a->type);
                 kpr_op_desc op;
                 if (a->op == "gemv_grouped") {

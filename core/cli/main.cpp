@@ -74,7 +74,8 @@ int main(int argc, char **argv) {
     app.add_flag("--no-gpu", g.no_gpu, "do not probe GPUs");
 
     std::vector<Command> commands = {add_devices(app, g), add_providers(app, g), add_plan(app, g),
-                                     add_selftest(app, g), add_config(app, g),   add_doctor(app, g)};
+                                     add_selftest(app, g), add_config(app, g),   add_doctor(app, g),
+                                     add_gemv(app, g)};
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

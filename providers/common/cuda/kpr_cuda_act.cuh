@@ -1,0 +1,64 @@
+// kpr_cuda_act.cuh -- activation quantization to q8_1 on the device, into a planar layout that every
+// CUDA provider reads: for activation vector v (v < nvec, each `cols` long, cols % 32 == 0)
+//   q[v * cols + k]        int8 quant of x[v][k]                     (16-byte aligned plane)
+//   d[v * (cols/32) + b]   the block's scale, already rounded to f16 and widened back to float
+//   s[v * (cols/32) + b]   d * sum(q of the block): the block sum of the dequantized activations
+// Numerically this is q8_1 as the ecosystem defines it: amax over 32 values, d = amax / 127,
+// q = round(x / d) (ties away from zero, IEEE division with the unrounded float d), d stored as f16.
+#pragma once
+
+#include "kpr_cuda_util.cuh"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kpr::cuda {
+
+struct ActQ8 {
+    const int8_t *q;
+    const float *d;
+    const float *s;
+    uint32_t cols;
+};
+
+// Bytes of scratch for nvec vectors of cols values: the int8 plane, then the d and s planes.
+inline size_t act_q8_bytes(size_t nvec, size_t cols) {
+    const size_t qb = (nvec * cols + 255) / 256 * 256;
+    const size_t fb = nvec * (cols / 32) * sizeof(float);
+    return qb + 2 * ((fb + 255) / 256 * 256);
+}
+
+inline ActQ8 act_q8_view(void *scratch, size_t nvec, size_t cols) {
+    const size_t qb = (nvec * cols + 255) / 256 * 256;
+    const size_t fb = nvec * (cols / 32) * sizeof(float);
+    uint8_t *base = static_cast<uint8_t *>(scratch);
+    ActQ8 a;
+    a.q = reinterpret_cast<const int8_t *>(base);
+    a.d = reinterpret_cast<const float *>(base + qb);
+    a.s = reinterpret_cast<const float *>(base + qb + (fb + 255) / 256 * 256);
+    a.cols = static_cast<uint32_t>(cols);
+    return a;
+}
+
+// One thread per value, a warp per 32-value block. n = nvec * cols (a multiple of 32).
+static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__restrict__ x, size_t n,
+                                                        int8_t *__restrict__ q, float *__restrict__ d,
+                                                        float *__restrict__ s) {
+    pdl_launch_dependents(); // let the GEMV launch and start streaming its weights now
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i - (threadIdx.x & 31u) >= n) return; // whole warp out of range (n % 32 == 0)
+    const float xi = x[i];
+    const float amax = warp_max(fabsf(xi));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    int qi = 0;
+    if (amax != 0.0f) qi = static_cast<int>(roundf(__fdiv_rn(xi, dd)));
+    q[i] = static_cast<int8_t>(qi);
+    const int sum = warp_sum_int(qi);
+    if ((threadIdx.x & 31u) == 0) {
+        const float dh = __half2float(__float2half_rn(dd));
+        d[i / 32] = dh;
+        s[i / 32] = __fmul_rn(dh, static_cast<float>(sum));
+    }
+}
+
+} // namespace kpr::cuda

@@ -1,0 +1,677 @@
+// kpr_cuda_blocks.cuh -- GGUF block decoding and block dot products against q8_1 (or float)
+// activations, one struct per weight type. Every CUDA provider that reads GGUF blocks uses these.
+//
+// A type T describes how a warp walks a row: the row is cut into chunks of T::CB blocks (T::CB * T::BS
+// bytes, staged in shared memory); each block is split into T::PARTS items of T::EPI consecutive
+// weights; a lane computes T::ITEMS items per chunk. T::item<NC, R>(w, part, x, k0, tab, acc) adds the
+// item's dot products for R rows (w[r] = the block in shared memory) and NC activation columns into
+// acc[r][j]. The order of every floating-point operation is fixed here, so two providers that use the
+// same T with the same table values produce bitwise identical results (iq_stage_tables vs generic_cuda).
+#pragma once
+
+#include "kpr_cuda_util.cuh"
+
+#include <kpr/ggml_blocks.h>
+
+#include <cstdint>
+
+namespace kpr::cuda {
+
+// Activations as the kernels see them: q8_1 planes (see kpr_cuda_act.cuh) or float, plus the index of
+// the vector that column 0 uses (column j reads vector vbase + j).
+struct XView {
+    const int8_t *q;
+    const float *d;
+    const float *s;
+    const float *f;
+    uint32_t cols;
+    uint32_t vbase;
+
+    template <int N>
+    __device__ __forceinline__ void words(int j, uint32_t k0, int (&w)[N]) const {
+        static_assert(N % 4 == 0);
+        const int4 *p = reinterpret_cast<const int4 *>(q + static_cast<size_t>(vbase + j) * cols + k0);
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const int4 t = __ldg(p + i);
+            w[4 * i + 0] = t.x;
+            w[4 * i + 1] = t.y;
+            w[4 * i + 2] = t.z;
+            w[4 * i + 3] = t.w;
+        }
+    }
+    __device__ __forceinline__ float dq(int j, uint32_t k) const {
+        return __ldg(d + static_cast<size_t>(vbase + j) * (cols / 32) + k / 32);
+    }
+    __device__ __forceinline__ float sq(int j, uint32_t k) const {
+        return __ldg(s + static_cast<size_t>(vbase + j) * (cols / 32) + k / 32);
+    }
+    template <int N>
+    __device__ __forceinline__ void floats(int j, uint32_t k0, float (&v)[N]) const {
+        static_assert(N % 4 == 0);
+        const float4 *p = reinterpret_cast<const float4 *>(f + static_cast<size_t>(vbase + j) * cols + k0);
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const float4 t = __ldg(p + i);
+            v[4 * i + 0] = t.x;
+            v[4 * i + 1] = t.y;
+            v[4 * i + 2] = t.z;
+            v[4 * i + 3] = t.w;
+        }
+    }
+};
+
+template <int N, bool EMU = false>
+__device__ __forceinline__ int dot_words(const uint32_t *w, const int *x, int c = 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) c = dp4a<EMU>(static_cast<int>(w[i]), x[i], c);
+    return c;
+}
+
+template <int N>
+__device__ __forceinline__ int sum_words(const int *x) {
+    int c = 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) c = dp4a(0x01010101, x[i], c);
+    return c;
+}
+
+// IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes.
+__device__ __forceinline__ uint32_t kvalues4(uint32_t idx) {
+    constexpr uint32_t T0 = 0xBFAD9881u; // -127 -104 -83 -65  (bytes 0..3, little-endian)
+    constexpr uint32_t T1 = 0xF6EADDCFu; // -49 -35 -22 -10
+    constexpr uint32_t T2 = 0x26190D01u; // 1 13 25 38
+    constexpr uint32_t T3 = 0x71594535u; // 53 69 89 113
+    const uint32_t t = idx & 0x07070707u;
+    const uint32_t sel = (t & 0x7u) | ((t >> 4) & 0x70u) | ((t >> 8) & 0x700u) | ((t >> 12) & 0x7000u);
+    const uint32_t lo = __byte_perm(T0, T1, sel);
+    const uint32_t hi = __byte_perm(T2, T3, sel);
+    const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
+    return (lo & ~m) | (hi & m);
+}
+
+// ---- legacy 32-weight types ---------------------------------------------------------------------
+
+struct TQ8_0 {
+    static constexpr uint32_t TYPE = KPR_TYPE_Q8_0, QK = 32, BS = 34, CB = 64, PARTS = 1;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab, bool EMU = false>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        uint32_t q[R][8];
+        float d[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            d[r] = f16_to_float(load_u16(w[r]));
+            load_words_a2<8>(w[r] + 2, q[r]);
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[8];
+            x.words<8>(j, k0, xw);
+            const float dx = x.dq(j, k0);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int s = dot_words<8, EMU>(q[r], xw);
+                acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
+            }
+        }
+    }
+};
+
+template <uint32_t TYPE_ID>
+struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 0..15, high = 16..31)
+    static constexpr uint32_t TYPE = TYPE_ID, QK = 32, BS = 18, CB = 128, PARTS = 1;
+    static constexpr bool FLOAT_X = false;
+    __device__ __forceinline__ static uint32_t val(uint32_t nib) {
+        if constexpr (TYPE_ID == KPR_TYPE_IQ4_NL) return kvalues4(nib);
+        else return bytes_sub(nib, 0x08080808u);
+    }
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        uint32_t v[R][8];
+        float d[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            d[r] = f16_to_float(load_u16(w[r]));
+            uint32_t q[4];
+            load_words_a2<4>(w[r] + 2, q);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                v[r][i] = val(q[i] & 0x0F0F0F0Fu);
+                v[r][4 + i] = val((q[i] >> 4) & 0x0F0F0F0Fu);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[8];
+            x.words<8>(j, k0, xw);
+            const float dx = x.dq(j, k0);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int s = dot_words<8>(v[r], xw);
+                acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
+            }
+        }
+    }
+};
+using TQ4_0 = TQ4Like<KPR_TYPE_Q4_0>;
+using TIQ4_NL = TQ4Like<KPR_TYPE_IQ4_NL>;
+
+// Q4_1 / Q5_0 / Q5_1: w = d * q + m (Q5_0: d * (q - 16)); the 5th bit comes from qh.
+template <uint32_t TYPE_ID>
+struct TQ45 {
+    static constexpr bool HAS_M = TYPE_ID != KPR_TYPE_Q5_0;
+    static constexpr bool HAS_H = TYPE_ID != KPR_TYPE_Q4_1;
+    static constexpr uint32_t TYPE = TYPE_ID, QK = 32;
+    static constexpr uint32_t BS = TYPE_ID == KPR_TYPE_Q4_1 ? 20 : TYPE_ID == KPR_TYPE_Q5_0 ? 22 : 24;
+    static constexpr uint32_t CB = 64, PARTS = 1;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        uint32_t v[R][8];
+        float d[R], m[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            d[r] = f16_to_float(load_u16(p));
+            m[r] = HAS_M ? f16_to_float(load_u16(p + 2)) : 0.0f;
+            uint32_t q[4];
+            uint32_t qh = 0;
+            if constexpr (TYPE_ID == KPR_TYPE_Q4_1) {
+                load_words_a2<4>(p + 4, q);
+            } else if constexpr (TYPE_ID == KPR_TYPE_Q5_0) {
+                uint32_t h[1];
+                load_words_a2<1>(p + 2, h);
+                qh = h[0];
+                load_words_a2<4>(p + 6, q);
+            } else {
+                uint32_t h[1];
+                load_words_a2<1>(p + 4, h);
+                qh = h[0];
+                load_words_a2<4>(p + 8, q);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                uint32_t lo = q[i] & 0x0F0F0F0Fu;
+                uint32_t hi = (q[i] >> 4) & 0x0F0F0F0Fu;
+                if constexpr (HAS_H) {
+                    lo |= nibble_to_bytebits((qh >> (4 * i)) & 0xFu) << 4;
+                    hi |= nibble_to_bytebits((qh >> (16 + 4 * i)) & 0xFu) << 4;
+                }
+                if constexpr (TYPE_ID == KPR_TYPE_Q5_0) {
+                    lo = bytes_sub(lo, 0x10101010u);
+                    hi = bytes_sub(hi, 0x10101010u);
+                }
+                v[r][i] = lo;
+                v[r][4 + i] = hi;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[8];
+            x.words<8>(j, k0, xw);
+            const float dx = x.dq(j, k0);
+            const float sx = HAS_M ? x.sq(j, k0) : 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int s = dot_words<8>(v[r], xw);
+                float t = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
+                if constexpr (HAS_M) t = __fmaf_rn(m[r], sx, t);
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+using TQ4_1 = TQ45<KPR_TYPE_Q4_1>;
+using TQ5_0 = TQ45<KPR_TYPE_Q5_0>;
+using TQ5_1 = TQ45<KPR_TYPE_Q5_1>;
+
+// ---- K quants (256 weights): an item is a quarter block, 64 consecutive weights -------------------
+
+__device__ __forceinline__ void k4_scale_min(const uint8_t *s, int j, int &sc, int &m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+template <uint32_t TYPE_ID>
+struct TQ45K { // Q4_K and Q5_K
+    static constexpr bool Q5 = TYPE_ID == KPR_TYPE_Q5_K;
+    static constexpr uint32_t TYPE = TYPE_ID, QK = 256, BS = Q5 ? 176 : 144, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t c, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        uint32_t lo[R][8], hi[R][8];
+        float d0[R], d1[R], m0[R], m1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p));
+            const float dmin = f16_to_float(load_u16(p + 2));
+            int sc0, mm0, sc1, mm1;
+            k4_scale_min(p + 4, 2 * c, sc0, mm0);
+            k4_scale_min(p + 4, 2 * c + 1, sc1, mm1);
+            d0[r] = __fmul_rn(d, static_cast<float>(sc0));
+            d1[r] = __fmul_rn(d, static_cast<float>(sc1));
+            m0[r] = __fmul_rn(dmin, static_cast<float>(mm0));
+            m1[r] = __fmul_rn(dmin, static_cast<float>(mm1));
+            uint32_t q[8];
+            if constexpr (Q5) {
+                // 176-byte blocks: the chunk is 16-byte aligned, so qs (offset 48 + 32c) is too
+                load_words_a16<8>(p + 48 + 32 * c, q);
+                uint32_t h[8];
+                load_words_a16<8>(p + 16, h);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    lo[r][i] = (q[i] & 0x0F0F0F0Fu) | (((h[i] >> (2 * c)) & 0x01010101u) << 4);
+                    hi[r][i] = ((q[i] >> 4) & 0x0F0F0F0Fu) | (((h[i] >> (2 * c + 1)) & 0x01010101u) << 4);
+                }
+            } else {
+                load_words_a16<8>(p + 16 + 32 * c, q);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    lo[r][i] = q[i] & 0x0F0F0F0Fu;
+                    hi[r][i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+            const float sx0 = x.sq(j, k0), sx1 = x.sq(j, k0 + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int s0 = dot_words<8>(lo[r], xw);
+                const int s1 = dot_words<8>(hi[r], xw + 8);
+                float t = acc[r][j];
+                t = __fmaf_rn(static_cast<float>(s0), __fmul_rn(d0[r], dx0), t);
+                t = __fmaf_rn(static_cast<float>(s1), __fmul_rn(d1[r], dx1), t);
+                t = __fmaf_rn(-m0[r], sx0, t);
+                t = __fmaf_rn(-m1[r], sx1, t);
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+using TQ4_K = TQ45K<KPR_TYPE_Q4_K>;
+using TQ5_K = TQ45K<KPR_TYPE_Q5_K>;
+
+struct TQ2_K {
+    static constexpr uint32_t TYPE = KPR_TYPE_Q2_K, QK = 256, BS = 84, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        const uint32_t h = part / 2, t0 = 2 * (part % 2);
+        uint32_t v[R][16];
+        float ds[R][4], ms[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p + 80));
+            const float dmin = f16_to_float(load_u16(p + 82));
+            uint32_t q[8];
+            load_words_a4<8>(p + 16 + 32 * h, q);
+#pragma unroll
+            for (int tt = 0; tt < 2; ++tt) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[r][8 * tt + i] = (q[i] >> (2 * (t0 + tt))) & 0x03030303u;
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const uint8_t sc = p[8 * h + 2 * (t0 + tt) + hf];
+                    ds[r][2 * tt + hf] = __fmul_rn(d, static_cast<float>(sc & 0xF));
+                    ms[r][2 * tt + hf] = __fmul_rn(dmin, static_cast<float>(sc >> 4));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            float dx[2];
+            int sx[4];
+            dx[0] = x.dq(j, k0);
+            dx[1] = x.dq(j, k0 + 32);
+#pragma unroll
+            for (int g = 0; g < 4; ++g) sx[g] = sum_words<4>(xw + 4 * g);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+#pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    const int s = dot_words<4>(v[r] + 4 * g, xw + 4 * g);
+                    const float inner = __fmaf_rn(ds[r][g], static_cast<float>(s),
+                                                  -__fmul_rn(ms[r][g], static_cast<float>(sx[g])));
+                    t = __fmaf_rn(inner, dx[g / 2], t);
+                }
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+
+__device__ __forceinline__ int q3k_scale(const uint8_t *s, int i) {
+    const int lo = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
+    const int hi = (s[8 + (i % 4)] >> (2 * (i / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+struct TQ3_K {
+    static constexpr uint32_t TYPE = KPR_TYPE_Q3_K, QK = 256, BS = 110, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        const uint32_t h = part / 2, j0 = 2 * (part % 2);
+        uint32_t v[R][16];
+        float ds[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p + 108));
+            uint32_t q[8], hm[8];
+            load_words_a2<8>(p + 32 + 32 * h, q);
+            load_words_a2<8>(p, hm);
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+                const uint32_t jb = j0 + jj;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const uint32_t qv = (q[i] >> (2 * jb)) & 0x03030303u;
+                    const uint32_t hb = (hm[i] >> (4 * h + jb)) & 0x01010101u;
+                    v[r][8 * jj + i] = bytes_sub(qv | (hb << 2), 0x04040404u);
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                    ds[r][2 * jj + hf] =
+                        __fmul_rn(d, static_cast<float>(q3k_scale(p + 96, 8 * h + 2 * jb + hf)));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+#pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    const int s = dot_words<4>(v[r] + 4 * g, xw + 4 * g);
+                    t = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][g], g < 2 ? dx0 : dx1), t);
+                }
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+
+struct TQ6_K {
+    static constexpr uint32_t TYPE = KPR_TYPE_Q6_K, QK = 256, BS = 210, CB = 8, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        const uint32_t h = part / 2, hi = part % 2;
+        uint32_t v[R][16];
+        float ds[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p + 208));
+            uint32_t L[16], H[8];
+            load_words_a2<16>(p + 64 * h, L);
+            load_words_a2<8>(p + 128 + 32 * h, H);
+#pragma unroll
+            for (int tt = 0; tt < 2; ++tt) {
+                const uint32_t t = 2 * hi + tt;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const uint32_t lv = (L[8 * tt + i] >> (4 * hi)) & 0x0F0F0F0Fu;
+                    const uint32_t hv = (H[i] >> (2 * t)) & 0x03030303u;
+                    v[r][8 * tt + i] = bytes_sub(lv | (hv << 4), 0x20202020u);
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int8_t sc = static_cast<int8_t>(p[192 + 8 * h + 2 * t + hf]);
+                    ds[r][2 * tt + hf] = __fmul_rn(d, static_cast<float>(sc));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+#pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    const int s = dot_words<4>(v[r] + 4 * g, xw + 4 * g);
+                    t = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][g], g < 2 ? dx0 : dx1), t);
+                }
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+
+struct TIQ4_XS {
+    static constexpr uint32_t TYPE = KPR_TYPE_IQ4_XS, QK = 256, BS = 136, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        uint32_t v[R][16];
+        float ds[R][2];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p));
+            const uint32_t sh = load_u16(p + 2);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const uint32_t ib = 2 * part + u;
+                const int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+                ds[r][u] = __fmul_rn(d, static_cast<float>(ls - 32));
+                uint32_t q[4];
+                load_words_a4<4>(p + 8 + 16 * ib, q);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu);
+                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
+                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+
+// ---- IQ3 types: table lookups go through a Tab policy ------------------------------------------
+// Tab provides grid_xxs(i), grid_s(i), mask_xxs(sign7, half), mask_s(signbyte, half); mask words hold
+// 0xFF in the bytes whose weights are negative. TabGlobal (generic_cuda) reads the grids from global
+// memory through the read-only cache and computes the masks; iq_stage_tables stages all four in shared
+// memory. Both yield the same integers, so the same arithmetic follows.
+
+struct TIQ3_XXS {
+    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 98, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
+        uint32_t v[R][16];
+        float ds[R][2];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p));
+            uint32_t idx[4], aux[2];
+            load_words_a2<4>(p + 2 + 16 * part, idx);
+            load_words_a2<2>(p + 66 + 8 * part, aux);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const uint32_t a = aux[u];
+                ds[r][u] = __fmul_rn(d, static_cast<float>(2 * (a >> 28) + 1) * 0.25f);
+#pragma unroll
+                for (int l = 0; l < 4; ++l) {
+                    const uint32_t sg = (a >> (7 * l)) & 127u;
+                    const uint32_t iw = idx[2 * u + l / 2];
+                    const uint32_t i0 = (iw >> (16 * (l % 2))) & 0xFFu;
+                    const uint32_t i1 = (iw >> (16 * (l % 2) + 8)) & 0xFFu;
+                    v[r][8 * u + 2 * l] = apply_sign_mask(tab.grid_xxs(i0), tab.mask_xxs(sg, 0));
+                    v[r][8 * u + 2 * l + 1] = apply_sign_mask(tab.grid_xxs(i1), tab.mask_xxs(sg, 1));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
+                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+
+struct TIQ3_S {
+    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_S, QK = 256, BS = 110, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
+        uint32_t v[R][16];
+        float ds[R][2];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p));
+            uint32_t idx[4], sg[2];
+            load_words_a2<4>(p + 2 + 16 * part, idx);
+            load_words_a2<2>(p + 74 + 8 * part, sg);
+            const uint32_t qh2 = load_u16(p + 66 + 2 * part); // qh[ib] for ib = 2 part, 2 part + 1
+            const uint32_t scb = p[106 + part];               // scales[ib / 2] for both
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const uint32_t qh = (qh2 >> (8 * u)) & 0xFFu;
+                const uint32_t ls = (scb >> (4 * u)) & 0xFu;
+                ds[r][u] = __fmul_rn(d, static_cast<float>(1 + 2 * ls));
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    const uint32_t iw = idx[2 * u + k / 4];
+                    const uint32_t gi = ((iw >> (8 * (k % 4))) & 0xFFu) | (((qh >> k) & 1u) << 8);
+                    const uint32_t sb = (sg[u] >> (8 * (k / 2))) & 0xFFu;
+                    v[r][8 * u + k] = apply_sign_mask(tab.grid_s(gi), tab.mask_s(sb, k % 2));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            int xw[16];
+            x.words<16>(j, k0, xw);
+            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
+                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+
+// ---- float types: activations stay float ---------------------------------------------------------
+
+template <uint32_t TYPE_ID>
+struct TFloat {
+    static constexpr bool F32 = TYPE_ID == KPR_TYPE_F32;
+    static constexpr uint32_t TYPE = TYPE_ID, QK = 32, BS = F32 ? 128 : 64;
+    static constexpr uint32_t CB = F32 ? 16 : 32, PARTS = F32 ? 4 : 2; // an item is 8 (f32) or 16 weights
+    static constexpr bool FLOAT_X = true;
+    static constexpr int EPI = QK / PARTS;
+    template <int NC, int R, class Tab>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+        float wv[R][EPI];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            uint32_t q[8];
+            load_words_a16<8>(w[r] + 32 * part, q);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                if constexpr (F32) {
+                    wv[r][i] = __uint_as_float(q[i]);
+                } else if constexpr (TYPE_ID == KPR_TYPE_F16) {
+                    wv[r][2 * i] = f16_to_float(q[i] & 0xFFFFu);
+                    wv[r][2 * i + 1] = f16_to_float(q[i] >> 16);
+                } else {
+                    wv[r][2 * i] = bf16_to_float(q[i] & 0xFFFFu);
+                    wv[r][2 * i + 1] = bf16_to_float(q[i] >> 16);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            float xv[EPI];
+            x.floats<EPI>(j, k0, xv);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float t = acc[r][j];
+#pragma unroll
+                for (int i = 0; i < EPI; ++i) t = __fmaf_rn(wv[r][i], xv[i], t);
+                acc[r][j] = t;
+            }
+        }
+    }
+};
+using TF32 = TFloat<KPR_TYPE_F32>;
+using TF16 = TFloat<KPR_TYPE_F16>;
+using TBF16 = TFloat<KPR_TYPE_BF16>;
+
+// Tables in global memory, read through the read-only cache; sign masks computed.
+static __device__ const uint32_t g_iq3xxs_grid[256] = KPR_IQ3XXS_GRID_INIT;
+static __device__ const uint32_t g_iq3s_grid[512] = KPR_IQ3S_GRID_INIT;
+
+struct TabGlobal {
+    __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{}; }
+    __device__ __forceinline__ uint32_t grid_xxs(uint32_t i) const { return __ldg(&g_iq3xxs_grid[i]); }
+    __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return __ldg(&g_iq3s_grid[i]); }
+    __device__ __forceinline__ uint32_t mask_xxs(uint32_t s7, uint32_t half) const {
+        const uint32_t s8 = s7 | ((__popc(s7) & 1u) << 7); // ksigns_iq2xs[s7]
+        return nibble_to_bytemask((s8 >> (4 * half)) & 0xFu);
+    }
+    __device__ __forceinline__ uint32_t mask_s(uint32_t b, uint32_t half) const {
+        return nibble_to_bytemask((b >> (4 * half)) & 0xFu);
+    }
+};
+
+} // namespace kpr::cuda

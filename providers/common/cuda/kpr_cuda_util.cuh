@@ -1,0 +1,158 @@
+// kpr_cuda_util.cuh -- small device helpers shared by every CUDA provider: f16/bf16 decoding, the byte
+// dot product (__dp4a or its emulation), 2-byte-aligned shared-memory word loads, warp reductions,
+// 16-byte streaming loads and the programmatic-dependent-launch hooks.
+#pragma once
+
+#include <cstdint>
+#include <cuda_fp16.h>
+
+namespace kpr::cuda {
+
+__device__ __forceinline__ float f16_to_float(uint16_t h) {
+    return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ float bf16_to_float(uint16_t h) {
+    return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+// Signed byte dot product, emulated: the same integer result as __dp4a(a, b, c), built from byte
+// extracts and integer multiply-adds, for compute capability 6.0 (which has no DP4A) and for tests.
+__device__ __forceinline__ int dp4a_emulated(int a, int b, int c) {
+    // sign-extend each byte with a shift pair; four IMADs
+    c += ((a << 24) >> 24) * ((b << 24) >> 24);
+    c += ((a << 16) >> 24) * ((b << 16) >> 24);
+    c += ((a << 8) >> 24) * ((b << 8) >> 24);
+    c += (a >> 24) * (b >> 24);
+    return c;
+}
+
+// __dp4a where the architecture has it (6.1 and later), the emulation elsewhere. EMULATE forces the
+// emulation (sm60_q8's emulate_dp4a option, so the 6.0 path runs and is tested on newer GPUs).
+template <bool EMULATE = false>
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+    if constexpr (!EMULATE) {
+        return __dp4a(a, b, c);
+    }
+#endif
+    return dp4a_emulated(a, b, c);
+}
+
+// Loads N 32-bit words starting at a 2-byte-aligned shared-memory address: N+1 aligned word loads and
+// funnel shifts (GGUF blocks are only 2-byte aligned).
+template <int N>
+__device__ __forceinline__ void load_words_a2(const uint8_t *p, uint32_t (&out)[N]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t *base = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+    const uint32_t sh = static_cast<uint32_t>(a & 3u) * 8u;
+    uint32_t w[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) {
+        if (i < N || sh != 0) w[i] = base[i];
+        else w[i] = 0;
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], sh);
+}
+
+__device__ __forceinline__ uint16_t load_u16(const uint8_t *p) {
+    return *reinterpret_cast<const uint16_t *>(p);
+}
+
+// Words that start 4-byte aligned.
+template <int N>
+__device__ __forceinline__ void load_words_a4(const uint8_t *p, uint32_t (&out)[N]) {
+    const uint32_t *w = reinterpret_cast<const uint32_t *>(p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = w[i];
+}
+
+// Words that start 16-byte aligned (N a multiple of 4): 128-bit shared loads.
+template <int N>
+__device__ __forceinline__ void load_words_a16(const uint8_t *p, uint32_t (&out)[N]) {
+    static_assert(N % 4 == 0);
+    const uint4 *v = reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+        const uint4 t = v[i];
+        out[4 * i + 0] = t.x;
+        out[4 * i + 1] = t.y;
+        out[4 * i + 2] = t.z;
+        out[4 * i + 3] = t.w;
+    }
+}
+
+// Four bits -> four bytes of 0x00 / 0xFF (bit j -> byte j).
+__device__ __forceinline__ uint32_t nibble_to_bytemask(uint32_t nib) {
+    return ((nib * 0x00204081u) & 0x01010101u) * 0xFFu;
+}
+
+// Four bits -> four bytes of 0 / 1.
+__device__ __forceinline__ uint32_t nibble_to_bytebits(uint32_t nib) {
+    return (nib * 0x00204081u) & 0x01010101u;
+}
+
+// Per-byte negation where a mask byte is 0xFF (never carries: no grid byte is 0).
+__device__ __forceinline__ uint32_t apply_sign_mask(uint32_t g, uint32_t m) {
+    return (g ^ m) + (m & 0x01010101u);
+}
+
+// Per-byte v - sub with v, sub in [0, 127] and the result seen as int8 (no borrow between bytes).
+__device__ __forceinline__ uint32_t bytes_sub(uint32_t v, uint32_t sub) {
+    return ((v | 0x80808080u) - sub) ^ 0x80808080u;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// 16-byte streaming load of weights: read-only path, not kept in L1 (the activations live there).
+__device__ __forceinline__ uint4 ldg_stream16(const void *p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+#else
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+#endif
+}
+
+// Programmatic dependent launch (compute capability 9.0): a kernel launched with the attribute may
+// start while the previous one (the activation quantizer) still runs; it must wait before reading
+// what that one writes. No-ops elsewhere.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+} // namespace kpr::cuda

@@ -1,0 +1,234 @@
+// generic_cuda: the portable CUDA baseline. GEMV and grouped GEMV for every weight type kpr serves,
+// ncols 1..8, activations quantized on the device to q8_1 (float types keep float activations).
+#include "kernels.hpp"
+#include "kpr_cuda_host.hpp"
+#include "kpr_cuda_run.cuh"
+
+#include <exception>
+
+namespace kpr::generic_cuda {
+
+cudaError_t launch_q8_0(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q4_0(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q4_1(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q5_0(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q5_1(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q2_k(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q3_k(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q4_k(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q5_k(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_q6_k(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_iq4_nl(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_iq4_xs(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_iq3_xxs(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_iq3_s(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_f32(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_f16(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+cudaError_t launch_bf16(const cuda::GemvArgs &, uint32_t, uint32_t, bool, cudaStream_t);
+
+const TypeKernel *find_kernel(uint32_t type) {
+    static const TypeKernel k[] = {
+        {KPR_TYPE_Q8_0, false, launch_q8_0},       {KPR_TYPE_Q4_0, false, launch_q4_0},
+        {KPR_TYPE_Q4_1, false, launch_q4_1},       {KPR_TYPE_Q5_0, false, launch_q5_0},
+        {KPR_TYPE_Q5_1, false, launch_q5_1},       {KPR_TYPE_Q2_K, false, launch_q2_k},
+        {KPR_TYPE_Q3_K, false, launch_q3_k},       {KPR_TYPE_Q4_K, false, launch_q4_k},
+        {KPR_TYPE_Q5_K, false, launch_q5_k},       {KPR_TYPE_Q6_K, false, launch_q6_k},
+        {KPR_TYPE_IQ4_NL, false, launch_iq4_nl},   {KPR_TYPE_IQ4_XS, false, launch_iq4_xs},
+        {KPR_TYPE_IQ3_XXS, false, launch_iq3_xxs}, {KPR_TYPE_IQ3_S, false, launch_iq3_s},
+        {KPR_TYPE_F32, true, launch_f32},          {KPR_TYPE_F16, true, launch_f16},
+        {KPR_TYPE_BF16, true, launch_bf16},
+    };
+    for (const auto &e : k)
+        if (e.type == type) return &e;
+    return nullptr;
+}
+
+namespace {
+
+cuda::HostLog g_log;
+
+kpr_status p_init(const kpr_host_api *host, void **state, kpr_error *) {
+    g_log.host = host;
+    if (state) *state = nullptr;
+    return KPR_OK;
+}
+
+const kpr_provider_identity *p_identity(void *) {
+    static kpr_provider_identity id = [] {
+        kpr_provider_identity i{};
+        i.struct_size = sizeof(i);
+        i.device_kind = KPR_DEVICE_CUDA;
+        i.name = "generic_cuda";
+        i.version = "0.1.0";
+        i.family = "generic";
+        i.description = "portable CUDA GEMV and grouped GEMV for every GGUF type kpr serves (q8_1 activations)";
+        i.sass_archs = cuda::sass_archs(&i.n_sass_archs);
+        i.ptx_archs = cuda::ptx_archs(&i.n_ptx_archs);
+        return i;
+    }();
+    return &id;
+}
+
+uint32_t p_option_count(void *) { return 0; }
+const kpr_option_decl *p_option_get(void *, uint32_t) { return nullptr; }
+
+kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *,
+                   kpr_offer *offer, kpr_error *err) {
+    if (op == nullptr || dev == nullptr || offer == nullptr || offer->struct_size < sizeof(kpr_offer))
+        return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "query: null or short arguments");
+    if (dev->kind != KPR_DEVICE_CUDA) {
+        cuda::decline(offer, KPR_ERR_UNSUPPORTED, "generic_cuda runs on CUDA devices only");
+        return KPR_OK;
+    }
+    char why[KPR_REASON_CAPACITY];
+    if (!cuda::arch_runs_on(dev->cc_major, dev->cc_minor, why, sizeof(why))) {
+        cuda::decline(offer, KPR_ERR_WRONG_ARCH, "%s", why);
+        return KPR_OK;
+    }
+    const cuda::TypeDesc *td = cuda::type_desc(op->weight_type);
+    const TypeKernel *k = find_kernel(op->weight_type);
+    if (td == nullptr || k == nullptr) {
+        cuda::decline(offer, KPR_ERR_UNSUPPORTED, "weight type %u is not implemented by generic_cuda", op->weight_type);
+        return KPR_OK;
+    }
+    if (!cuda::check_op_shape(op, offer, td->qk == 1 ? 32 : td->qk)) return KPR_OK;
+    offer->accepted = 1;
+    offer->score = 100;
+    offer->decline_code = KPR_OK;
+    offer->prepared_bytes = cuda::gemv_scratch_bytes(op, k->float_x);
+    offer->workspace_bytes = 0;
+    cuda::set_reason(offer, "%s %s, ncols %u, %s activations, a warp per %s", td->name,
+                     op->kind == KPR_OP_GEMV ? "gemv" : "grouped gemv (ids on the device)", op->ncols,
+                     k->float_x ? "float" : "q8_1", op->ncols >= 3 ? "two rows" : "row");
+    return KPR_OK;
+}
+
+kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *,
+                     const kpr_weights *w, kpr_prepared **out, kpr_error *err) {
+    try {
+        const TypeKernel *k = op ? find_kernel(op->weight_type) : nullptr;
+        if (k == nullptr) return cuda::fail(err, KPR_ERR_UNSUPPORTED, "prepare: weight type unsupported");
+        cuda::GemvPrepared *p = nullptr;
+        const kpr_status st = cuda::gemv_prepare(op, dev, w, k->float_x, k->launch, &p, err);
+        if (st != KPR_OK) return st;
+        *out = reinterpret_cast<kpr_prepared *>(p);
+        return KPR_OK;
+    } catch (const std::exception &e) {
+        return cuda::fail(err, KPR_ERR_INTERNAL, "prepare: %s", e.what());
+    } catch (...) {
+        return cuda::fail(err, KPR_ERR_INTERNAL, "prepare: unknown exception");
+    }
+}
+
+kpr_status p_run(void *, kpr_prepared *prepared, const kpr_run_args *args, kpr_error *err) {
+    try {
+        if (prepared == nullptr) return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "run: null prepared op");
+        return cuda::gemv_run(*reinterpret_cast<cuda::GemvPrepared *>(prepared), args, err);
+    } catch (const std::exception &e) {
+        return cuda::fail(err, KPR_ERR_INTERNAL, "run: %s", e.what());
+    } catch (...) {
+        return cuda::fail(err, KPR_ERR_INTERNAL, "run: unknown exception");
+    }
+}
+
+void p_release(void *, kpr_prepared *prepared) {
+    if (prepared == nullptr) return;
+    auto *p = reinterpret_cast<cuda::GemvPrepared *>(prepared);
+    cuda::use_device(p->ordinal);
+    delete p;
+}
+
+// ---- self-tests ------------------------------------------------------------------------------------
+// Tolerances (justified in providers/generic_cuda/README.md): against the float reference, 2e-2 for
+// every type that quantizes activations to q8_1 (the activation rounding alone is ~5e-3 of max|ref|
+// on random data), 1e-5 for float types; against the reference that rounds activations to q8_1 the
+// same way, 1e-4 (float accumulation over up to 28672 products, scales rounded once).
+constexpr double kTolQ = 2e-2, kTolF = 1e-5, kQTol = 1e-4;
+
+struct TypeName {
+    uint32_t type;
+    const char *name;
+};
+constexpr TypeName kTypes[] = {
+    {KPR_TYPE_Q8_0, "q8_0"},   {KPR_TYPE_Q4_0, "q4_0"},       {KPR_TYPE_Q4_K, "q4_K"},
+    {KPR_TYPE_IQ4_NL, "iq4_nl"}, {KPR_TYPE_IQ3_XXS, "iq3_xxs"}, {KPR_TYPE_IQ3_S, "iq3_s"},
+    {KPR_TYPE_Q4_1, "q4_1"},   {KPR_TYPE_Q5_0, "q5_0"},       {KPR_TYPE_Q5_1, "q5_1"},
+    {KPR_TYPE_Q2_K, "q2_K"},   {KPR_TYPE_Q3_K, "q3_K"},       {KPR_TYPE_Q5_K, "q5_K"},
+    {KPR_TYPE_Q6_K, "q6_K"},   {KPR_TYPE_IQ4_XS, "iq4_xs"},   {KPR_TYPE_F32, "f32"},
+    {KPR_TYPE_F16, "f16"},     {KPR_TYPE_BF16, "bf16"},
+};
+constexpr uint32_t kNTypes = sizeof(kTypes) / sizeof(kTypes[0]);
+
+struct Shape {
+    const char *tag;
+    uint32_t op_kind;
+    uint64_t rows, cols;
+    uint32_t ncols, n_experts, n_used, x_slots;
+};
+// Per type: dense 7B-70B shapes, odd rows, every ncols, MoE (grouped, ids on the device).
+constexpr Shape kShapes[] = {
+    {"4096x4096", KPR_OP_GEMV, 4096, 4096, 1, 1, 1, 1},
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 8, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 2, 1, 1, 1},
+    {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 4, 1, 1, 1},
+    {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},
+    {"130x768", KPR_OP_GEMV, 130, 768, 6, 1, 1, 1},
+    {"4097x512", KPR_OP_GEMV, 4097, 512, 7, 1, 1, 1},
+    {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
+    {"moe 32e8u 2048x768 slots", KPR_OP_GEMV_GROUPED, 2048, 768, 3, 32, 8, 8},
+};
+constexpr uint32_t kNShapes = sizeof(kShapes) / sizeof(kShapes[0]);
+
+// Extra big or model-sized cases for the headline types.
+constexpr Shape kExtra[] = {
+    {"8192x28672", KPR_OP_GEMV, 8192, 28672, 1, 1, 1, 1},
+    {"moe 128e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 2, 128, 8, 1},
+};
+constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K};
+constexpr uint32_t kNExtra = 2 * 2;
+
+uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra; }
+
+kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
+    static char names[kNTypes * kNShapes + kNExtra][96];
+    const Shape *s;
+    uint32_t type;
+    const char *tname;
+    if (index < kNTypes * kNShapes) {
+        const TypeName &t = kTypes[index / kNShapes];
+        s = &kShapes[index % kNShapes];
+        type = t.type;
+        tname = t.name;
+    } else if (index < kNTypes * kNShapes + kNExtra) {
+        const uint32_t e = index - kNTypes * kNShapes;
+        type = kExtraTypes[e / 2];
+        s = &kExtra[e % 2];
+        tname = cuda::type_desc(type)->name;
+    } else {
+        return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
+    }
+    // legal shapes only: K-quant/IQ types need cols % 256
+    uint64_t cols = s->cols;
+    const cuda::TypeDesc *td = cuda::type_desc(type);
+    if (cols % td->qk) cols = (cols / 256 + 1) * 256;
+    std::snprintf(names[index], sizeof(names[index]), "%s %s n%u", tname, s->tag, s->ncols);
+    const bool fx = find_kernel(type)->float_x;
+    cuda::CaseSpec c{names[index], KPR_SELFTEST_REFERENCE, s->op_kind, type, s->ncols, s->rows, cols,
+                     s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
+                     static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr, nullptr, 0};
+    return cuda::fill_case(c, out, err);
+}
+
+const kpr_provider_v1 kTable = {
+    sizeof(kpr_provider_v1), KPR_ABI_VERSION, p_init, nullptr, p_identity, p_option_count, p_option_get,
+    p_query, p_prepare, p_run, p_release, p_selftest_count, p_selftest_get, nullptr,
+};
+
+} // namespace
+} // namespace kpr::generic_cuda
+
+extern "C" KPR_PROVIDER_EXPORT kpr_status kpr_provider_entry(const kpr_handshake_offer *offer,
+                                                             kpr_handshake_answer *answer, kpr_error *err) {
+    return kpr::cuda::handshake(offer, answer, err, &kpr::generic_cuda::kTable);
+}

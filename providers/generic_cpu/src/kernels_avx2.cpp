@@ -1,8 +1,5 @@
-// Placeholder until the SIMD kernels land: no entries, the portable kernels serve.
-#include "cpu_common.h"
-namespace kpr_cpu {
-const KernelTable &avx2_kernels() {
-    static const KernelTable t{"avx2", {}};
-    return t;
-}
-} // namespace kpr_cpu
+// AVX2 + FMA + F16C kernels (this file is compiled with -mavx2 -mfma -mf16c).
+#define KPR_ISA_NS avx2
+#define KPR_ISA_NAME "avx2"
+#define KPR_TABLE_FN avx2_kernels
+#include "kernels_x86.inc"

@@ -1,0 +1,255 @@
+// GEMV throughput of generic_cpu against the machine's own read bandwidth.
+//
+// The provider is loaded with dlopen + handshake (no core). Every benchmark rotates among copies of a
+// 4096 x 14336 weight totalling >= 512 MiB, so each call streams its weight from DRAM, not from cache.
+// Counters: GBps = weight bytes read per second (1e9 B/s); bw_fraction = GBps / the read bandwidth this
+// binary measured with the same thread count (a streaming read-sum over a 512 MiB buffer, best of 5).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/mman.h>
+
+#include "provider_loader.h"
+#include "ref_quant.h"
+
+using namespace kpr_test;
+
+namespace {
+
+constexpr size_t kRows = 4096, kCols = 14336;
+constexpr size_t kRotateBytes = 512ull << 20;
+
+LoadedProvider g_prov;
+kpr_device_desc g_dev;
+double g_bw[3] = {0, 0, 0}; // GB/s with 1 and 2 threads
+
+// ---- big page-aligned buffers ------------------------------------------------------------------------
+struct Buffer {
+    uint8_t *p = nullptr;
+    size_t n = 0;
+    explicit Buffer(size_t bytes) : n(bytes) {
+        void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            std::perror("mmap");
+            std::exit(1);
+        }
+        madvise(m, bytes, MADV_HUGEPAGE);
+        p = static_cast<uint8_t *>(m);
+    }
+    ~Buffer() { munmap(p, n); }
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+};
+
+// ---- read bandwidth ----------------------------------------------------------------------------------
+uint64_t read_sum(const uint8_t *p, size_t n) {
+    const uint64_t *q = reinterpret_cast<const uint64_t *>(p);
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+        s0 += q[i];
+        s1 += q[i + 1];
+        s2 += q[i + 2];
+        s3 += q[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
+double read_pass(const Buffer &b, int threads) {
+    std::vector<std::thread> th;
+    std::vector<uint64_t> sums(threads);
+    const size_t part = b.n / threads;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < threads; ++t)
+        th.emplace_back([&, t] { sums[t] = read_sum(b.p + t * part, part); });
+    for (auto &x : th) x.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    benchmark::DoNotOptimize(sums.data());
+    return (double)(part * threads) / s / 1e9;
+}
+
+Buffer &bw_buffer() {
+    static Buffer b(kRotateBytes);
+    static bool init = [] {
+        for (size_t i = 0; i < b.n; i += 8) {
+            const uint64_t v = i * 0x9E3779B97F4A7C15ull;
+            std::memcpy(b.p + i, &v, 8);
+        }
+        return true;
+    }();
+    (void)init;
+    return b;
+}
+
+void measure_bandwidth() {
+    Buffer &b = bw_buffer();
+    for (int t = 1; t <= 2; ++t) {
+        double best = 0;
+        for (int i = 0; i < 5; ++i) best = std::max(best, read_pass(b, t));
+        g_bw[t] = best;
+    }
+}
+
+void BM_read_bandwidth(benchmark::State &state) {
+    const int threads = (int)state.range(0);
+    Buffer &b = bw_buffer();
+    double secs = 0;
+    for (auto _ : state) {
+        const auto t0 = std::chrono::steady_clock::now();
+        benchmark::DoNotOptimize(read_pass(b, threads));
+        secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    const double gbps = (double)b.n * state.iterations() / secs / 1e9;
+    state.counters["GBps"] = gbps;
+    state.counters["bw_fraction"] = gbps / g_bw[threads];
+}
+
+// ---- GEMV --------------------------------------------------------------------------------------------
+struct Weights {
+    uint32_t type = ~0u;
+    size_t bytes = 0, copies = 0;
+    std::unique_ptr<Buffer> buf;
+};
+Weights g_w;
+
+const TypeDesc &desc(uint32_t type) {
+    for (const TypeDesc &t : all_types())
+        if (t.type == type) return t;
+    std::abort();
+}
+
+Weights &weights_for(uint32_t type) {
+    if (g_w.type == type) return g_w;
+    g_w.buf.reset();
+    const TypeDesc &t = desc(type);
+    g_w.type = type;
+    g_w.bytes = kRows * (kCols / t.block) * t.bytes;
+    g_w.copies = (kRotateBytes + g_w.bytes - 1) / g_w.bytes + 1;
+    g_w.buf = std::make_unique<Buffer>(g_w.bytes * g_w.copies);
+    std::mt19937_64 rng(42 + type);
+    const std::vector<uint8_t> one = random_weights(t, kRows * kCols / t.block, rng);
+    for (size_t c = 0; c < g_w.copies; ++c) std::memcpy(g_w.buf->p + c * g_w.bytes, one.data(), g_w.bytes);
+    return g_w;
+}
+
+void BM_gemv(benchmark::State &state) {
+    const uint32_t type = (uint32_t)state.range(0);
+    const uint32_t ncols = (uint32_t)state.range(1);
+    const int threads = (int)state.range(2);
+    const char *isa = state.range(3) == 0 ? "auto" : (state.range(3) == 1 ? "avx2" : "portable");
+    Weights &w = weights_for(type);
+
+    kpr_op_desc op{};
+    op.struct_size = sizeof op;
+    op.kind = KPR_OP_GEMV;
+    op.weight_type = type;
+    op.ncols = ncols;
+    op.rows = kRows;
+    op.cols = kCols;
+    op.n_experts = op.n_used = op.x_slots = 1;
+    const std::string thr = std::to_string(threads);
+    kpr_option_value items[2] = {{"isa", isa}, {"threads", thr.c_str()}};
+    kpr_option_set opts{sizeof opts, 2, items};
+    std::vector<kpr_prepared *> prepared(w.copies);
+    for (size_t c = 0; c < w.copies; ++c) {
+        kpr_weights kw{sizeof kw, 0, w.buf->p + c * w.bytes, w.bytes, 0};
+        kpr_error err{sizeof err, {0}};
+        if (g_prov.table->prepare(g_prov.state, &op, &g_dev, &opts, &kw, &prepared[c], &err) != KPR_OK) {
+            state.SkipWithError(err.message);
+            return;
+        }
+    }
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(ncols * kCols), y(ncols * kRows);
+    for (float &v : x) v = nd(rng);
+    kpr_run_args args{sizeof args, ncols, x.data(), y.data(), nullptr, nullptr};
+    kpr_error err{sizeof err, {0}};
+    // Warm the thread pool and the page tables once.
+    for (size_t c = 0; c < w.copies; ++c) g_prov.table->run(g_prov.state, prepared[c], &args, &err);
+    size_t c = 0;
+    double secs = 0;
+    for (auto _ : state) {
+        const auto t0 = std::chrono::steady_clock::now();
+        g_prov.table->run(g_prov.state, prepared[c], &args, &err);
+        secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        benchmark::DoNotOptimize(y.data());
+        if (++c == w.copies) c = 0;
+    }
+    for (kpr_prepared *p : prepared) g_prov.table->release(g_prov.state, p);
+    const double gbps = (double)w.bytes * state.iterations() / secs / 1e9;
+    state.counters["GBps"] = gbps;
+    state.counters["bw_fraction"] = gbps / g_bw[threads];
+    state.counters["ms_per_call"] = secs / state.iterations() * 1e3;
+    state.SetLabel(desc(type).name);
+}
+
+void register_all(const std::vector<uint32_t> &types, bool isa_sweep) {
+    benchmark::RegisterBenchmark("read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(
+        benchmark::kMillisecond);
+    for (uint32_t t : types)
+        for (int threads : {1, 2})
+            for (int nc : {1, 8})
+                for (int isa : isa_sweep ? std::vector<int>{0, 1, 2} : std::vector<int>{0}) {
+                    const std::string name = std::string("gemv/") + desc(t).name + "/ncols:" + std::to_string(nc) +
+                                             "/threads:" + std::to_string(threads) +
+                                             (isa == 0 ? "" : (isa == 1 ? "/isa:avx2" : "/isa:portable"));
+                    benchmark::RegisterBenchmark(name.c_str(), BM_gemv)
+                        ->Args({t, nc, threads, isa})
+                        ->UseRealTime()
+                        ->Unit(benchmark::kMillisecond);
+                }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (!g_prov.load(std::string(KPR_PROVIDER_BUILD_DIR) + "/libkpr_generic_cpu.so")) {
+        std::fprintf(stderr, "cannot load generic_cpu: %s\n", g_prov.error.c_str());
+        return 1;
+    }
+    g_dev = host_cpu_device();
+    g_dev.cpu_threads = std::max(1u, std::thread::hardware_concurrency());
+    // --types=q8_0,q4_K,... restricts the set; --isa_sweep adds forced avx2/portable runs.
+    std::vector<uint32_t> types;
+    bool sweep = false;
+    std::vector<char *> rest;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a.rfind("--types=", 0) == 0) {
+            std::string list = a.substr(8);
+            size_t pos = 0;
+            while (pos <= list.size()) {
+                const size_t e = std::min(list.find(',', pos), list.size());
+                const std::string name = list.substr(pos, e - pos);
+                for (const TypeDesc &t : all_types())
+                    if (name == t.name) types.push_back(t.type);
+                pos = e + 1;
+            }
+        } else if (a == "--isa_sweep") {
+            sweep = true;
+        } else {
+            rest.push_back(argv[i]);
+        }
+    }
+    if (types.empty())
+        for (const TypeDesc &t : all_types()) types.push_back(t.type);
+    measure_bandwidth();
+    std::printf("measured read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (2 threads)\n", g_bw[1], g_bw[2]);
+    int rc = (int)rest.size();
+    benchmark::Initialize(&rc, rest.data());
+    register_all(types, sweep);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

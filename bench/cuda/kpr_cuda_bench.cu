@@ -1,0 +1,311 @@
+// kpr_cuda_bench -- GEMV bandwidth of the CUDA providers, as a fraction of the device's read bandwidth
+// measured in the same run.
+//
+// Per provider, weight type and ncols: weight copies are rotated so that at least 1 GiB is in rotation
+// (every call reads device memory, not L2), each copy prepared once; one timed call is a full
+// provider run (activation quantization included), timed with CUDA events over many back-to-back
+// calls; the median of 7 repetitions is reported. GB/s counts the weight bytes a call must read
+// (grouped: the distinct experts the ids select). The read bandwidth is a streaming 16-byte-load
+// reduction over 4 GiB, the median of 7.
+//
+//   kpr_cuda_bench [--providers generic_cuda,sm60_q8,iq_stage_tables] [--types q8_0,q4_0,...]
+//                  [--ncols 1,2,4,8] [--quick]
+// Prints a markdown table.
+#include "../../tests/gpu/harness.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace kpr::gputest;
+
+__global__ void read_kernel(const uint4 *__restrict__ p, size_t n, uint32_t *out) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) out[0] = acc; // keeps the loads alive
+}
+
+__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        p[i] = x;
+    }
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static double measure_read_bw(cudaStream_t s) {
+    const size_t bytes = size_t(4) << 30;
+    uint4 *buf;
+    uint32_t *out;
+    KPR_CU(cudaMalloc(&buf, bytes));
+    KPR_CU(cudaMalloc(&out, 4));
+    fill_kernel<<<4096, 256, 0, s>>>(reinterpret_cast<uint32_t *>(buf), bytes / 4, 7);
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    std::vector<double> gbs;
+    for (int rep = 0; rep < 8; ++rep) {
+        cudaEventRecord(a, s);
+        read_kernel<<<sms * 8, 256, 0, s>>>(buf, bytes / 16, out);
+        cudaEventRecord(b, s);
+        KPR_CU(cudaEventSynchronize(b));
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        if (rep > 0) gbs.push_back(bytes / (ms * 1e-3) / 1e9);
+    }
+    cudaFree(buf);
+    cudaFree(out);
+    return median(gbs);
+}
+
+struct BenchCase {
+    std::string provider;
+    uint32_t type;
+    uint64_t rows, cols;
+    uint32_t ncols;
+    bool grouped;
+    uint32_t n_experts, n_used;
+    std::vector<kpr_option_value> options;
+};
+
+struct BenchResult {
+    bool ok = false;
+    std::string note;
+    double us = 0, gbs = 0, stream_us = 0;
+    uint64_t bytes = 0;
+    uint32_t copies = 0;
+};
+
+static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc &dev, cudaStream_t s) {
+    BenchResult br;
+    const TypeInfo *ti = tinfo(bc.type);
+    kpr_op_desc op{};
+    op.struct_size = sizeof(op);
+    op.kind = bc.grouped ? KPR_OP_GEMV_GROUPED : KPR_OP_GEMV;
+    op.weight_type = bc.type;
+    op.ncols = bc.ncols;
+    op.rows = bc.rows;
+    op.cols = bc.cols;
+    op.n_experts = bc.grouped ? bc.n_experts : 1;
+    op.n_used = bc.grouped ? bc.n_used : 1;
+    op.x_slots = 1;
+    auto opts = p.options(bc.options.data(), static_cast<uint32_t>(bc.options.size()));
+    kpr_option_set os{sizeof(os), static_cast<uint32_t>(opts.size()), opts.data()};
+    kpr_offer off{};
+    off.struct_size = sizeof(off);
+    kpr_error err{sizeof(err), {0}};
+    if (p.t->query(p.state, &op, &dev, &os, &off, &err) != KPR_OK || !off.accepted) {
+        br.note = std::string("declined: ") + off.reason + err.message;
+        return br;
+    }
+    const uint64_t rb = bc.cols / ti->qk * ti->bytes;
+    const uint64_t wbytes = uint64_t(op.n_experts) * bc.rows * rb;
+    const uint32_t copies = static_cast<uint32_t>(std::max<uint64_t>(2, ((uint64_t(1) << 30) + wbytes - 1) / wbytes));
+    std::vector<uint8_t> hw(wbytes);
+    fill_blocks(bc.type, 42 + bc.type, hw.data(), uint64_t(op.n_experts) * bc.rows * bc.cols);
+    const uint64_t stride = (wbytes + 255) / 256 * 256;
+    uint8_t *dw;
+    KPR_CU(cudaMalloc(&dw, stride * copies));
+    KPR_CU(cudaMemcpy(dw, hw.data(), wbytes, cudaMemcpyHostToDevice));
+    for (uint32_t c = 1; c < copies; ++c) KPR_CU(cudaMemcpy(dw + c * stride, dw, wbytes, cudaMemcpyDeviceToDevice));
+    std::vector<float> hx(size_t(bc.ncols) * bc.cols);
+    Rng r(5);
+    for (auto &v : hx) v = r.sym();
+    float *dx, *dy;
+    int32_t *dids;
+    KPR_CU(cudaMalloc(&dx, hx.size() * 4));
+    KPR_CU(cudaMalloc(&dy, size_t(bc.ncols) * op.n_used * bc.rows * 4));
+    KPR_CU(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<int32_t> ids(size_t(bc.ncols) * op.n_used);
+    std::vector<int> used(op.n_experts, 0);
+    for (uint32_t j = 0; j < bc.ncols; ++j) { // distinct experts within a column, random across columns
+        std::vector<int32_t> pick;
+        while (pick.size() < op.n_used) {
+            const int32_t e = static_cast<int32_t>(r.next() % op.n_experts);
+            if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+        }
+        for (uint32_t u = 0; u < op.n_used; ++u) ids[j * op.n_used + u] = pick[u];
+    }
+    uint64_t distinct = 0;
+    for (auto e : ids)
+        if (!used[e]++) ++distinct;
+    KPR_CU(cudaMalloc(&dids, ids.size() * 4));
+    KPR_CU(cudaMemcpy(dids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    br.bytes = bc.grouped ? distinct * bc.rows * rb : wbytes;
+    br.copies = copies;
+
+    std::vector<kpr_prepared *> preps(copies, nullptr);
+    for (uint32_t c = 0; c < copies; ++c) {
+        kpr_weights wt{sizeof(wt), 0, dw + c * stride, wbytes, 0xB000ull + c};
+        if (p.t->prepare(p.state, &op, &dev, &os, &wt, &preps[c], &err) != KPR_OK) {
+            br.note = std::string("prepare: ") + err.message;
+            for (auto *pp : preps) p.t->release(p.state, pp);
+            cudaFree(dw);
+            return br;
+        }
+    }
+    kpr_run_args ra{sizeof(ra), bc.ncols, dx, dy, bc.grouped ? dids : nullptr, s};
+    for (uint32_t c = 0; c < copies; ++c) p.t->run(p.state, preps[c], &ra, &err); // warm up
+    KPR_CU(cudaStreamSynchronize(s));
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    const uint32_t iters = std::max<uint32_t>(copies * 4, 200);
+    std::vector<double> us, gus;
+    bool fail = false;
+    // (1) calls launched from the host one after another
+    for (int rep = 0; rep < 7 && !fail; ++rep) {
+        cudaEventRecord(a, s);
+        for (uint32_t i = 0; i < iters; ++i)
+            if (p.t->run(p.state, preps[i % copies], &ra, &err) != KPR_OK) {
+                fail = true;
+                break;
+            }
+        cudaEventRecord(b, s);
+        KPR_CU(cudaEventSynchronize(b));
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        us.push_back(ms * 1e3 / iters);
+    }
+    // (2) the same calls captured once into a CUDA graph and replayed: device time without the host's
+    // launch cost (the kernel time the targets are about)
+    if (!fail) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        KPR_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (uint32_t i = 0; i < iters; ++i)
+            if (p.t->run(p.state, preps[i % copies], &ra, &err) != KPR_OK) fail = true;
+        KPR_CU(cudaStreamEndCapture(s, &g));
+        if (!fail) {
+            KPR_CU(cudaGraphInstantiate(&ge, g, 0));
+            KPR_CU(cudaGraphLaunch(ge, s));
+            for (int rep = 0; rep < 7; ++rep) {
+                cudaEventRecord(a, s);
+                KPR_CU(cudaGraphLaunch(ge, s));
+                cudaEventRecord(b, s);
+                KPR_CU(cudaEventSynchronize(b));
+                float ms;
+                cudaEventElapsedTime(&ms, a, b);
+                gus.push_back(ms * 1e3 / iters);
+            }
+            cudaGraphExecDestroy(ge);
+        }
+        cudaGraphDestroy(g);
+    }
+    cudaError_t ce = cudaGetLastError();
+    for (auto *pp : preps) p.t->release(p.state, pp);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dids);
+    if (fail || ce != cudaSuccess) {
+        br.note = std::string("run: ") + err.message + cudaGetErrorString(ce);
+        return br;
+    }
+    br.stream_us = median(us);
+    br.us = median(gus);
+    br.gbs = br.bytes / (br.us * 1e-6) / 1e9;
+    br.ok = true;
+    return br;
+}
+
+static std::vector<std::string> split(const std::string &s) {
+    std::vector<std::string> v;
+    std::stringstream ss(s);
+    std::string t;
+    while (std::getline(ss, t, ','))
+        if (!t.empty()) v.push_back(t);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    std::vector<std::string> providers = {"generic_cuda", "sm60_q8", "iq_stage_tables"};
+    std::vector<std::string> types = {"q8_0", "q4_0", "q4_K", "iq4_nl", "iq3_xxs", "iq3_s"};
+    std::vector<uint32_t> ncols = {1, 2, 4, 8};
+    bool moe = true;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--providers" && i + 1 < argc) providers = split(argv[++i]);
+        else if (a == "--types" && i + 1 < argc) types = split(argv[++i]);
+        else if (a == "--ncols" && i + 1 < argc) {
+            ncols.clear();
+            for (auto &t : split(argv[++i])) ncols.push_back(static_cast<uint32_t>(std::stoul(t)));
+        } else if (a == "--no-moe") moe = false;
+    }
+    if (!gpu_present()) {
+        std::fprintf(stderr, "no CUDA GPU\n");
+        return 2;
+    }
+    const kpr_device_desc dev = real_device(0);
+    cudaStream_t s;
+    KPR_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const double bw = measure_read_bw(s);
+    std::printf("device: %s (cc %d.%d, %u SMs); measured read bandwidth %.0f GB/s (streaming 16-byte loads, 4 GiB, "
+                "median of 7)\n\n",
+                dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
+    std::printf("| provider | type | shape | ncols | time (us) | GB/s | fraction of read bw | host-launched (us) |\n");
+    std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
+    std::fflush(stdout);
+    auto type_id = [](const std::string &n) -> uint32_t {
+        for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 14u, 18u, 20u, 21u, 23u, 30u})
+            if (n == tinfo(id)->name) return id;
+        return 999;
+    };
+    for (const auto &pn : providers) {
+        auto p = load_provider(pn);
+        if (!p->ok()) {
+            std::printf("| %s | - | - | - | - | - | %s |\n", pn.c_str(), p->error.c_str());
+            continue;
+        }
+        std::vector<kpr_option_value> opts;
+        if (pn == "iq_stage_tables") opts.push_back({"mode", "on"});
+        for (const auto &tn : types) {
+            const uint32_t t = type_id(tn);
+            if (t == 999) continue;
+            if (pn == "sm60_q8" && t != KPR_TYPE_Q8_0) continue;
+            if (pn == "iq_stage_tables" && t != KPR_TYPE_IQ3_XXS && t != KPR_TYPE_IQ3_S) continue;
+            for (uint32_t nc : ncols) {
+                BenchCase bc{pn, t, 4096, 14336, nc, false, 1, 1, opts};
+                BenchResult r = bench(*p, bc, dev, s);
+                if (r.ok)
+                    std::printf("| %s | %s | 4096x14336 | %u | %.1f | %.0f | %.2f | %.1f |\n", pn.c_str(), tn.c_str(), nc,
+                                r.us, r.gbs, r.gbs / bw, r.stream_us);
+                else
+                    std::printf("| %s | %s | 4096x14336 | %u | - | - | %s |\n", pn.c_str(), tn.c_str(), nc, r.note.c_str());
+                std::fflush(stdout);
+            }
+            if (moe && pn != "sm60_q8") {
+                for (uint32_t nc : {1u, 4u}) {
+                    BenchCase bc{pn, t, 768, 2048, nc, true, 128, 8, opts};
+                    BenchResult r = bench(*p, bc, dev, s);
+                    if (r.ok)
+                        std::printf("| %s | %s | moe 128x768x2048, 8 used | %u | %.1f | %.0f | %.2f | %.1f |\n", pn.c_str(),
+                                    tn.c_str(), nc, r.us, r.gbs, r.gbs / bw, r.stream_us);
+                    else
+                        std::printf("| %s | %s | moe 128x768x2048, 8 used | %u | - | - | %s |\n", pn.c_str(), tn.c_str(),
+                                    nc, r.note.c_str());
+                    std::fflush(stdout);
+                }
+            }
+        }
+    }
+    cudaStreamDestroy(s);
+    return 0;
+}

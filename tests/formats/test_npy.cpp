@@ -74,7 +74,9 @@ TEST(Npy, WriteReadRoundTrip) {
 TEST(Npy, ReadsEveryHeaderVersion) {
     ScratchDir dir("npyv");
     for (int major : {1, 2, 3}) {
-        const std::string p = dir.file("v" + std::to_string(major) + ".npy");
+        std::string name = "v";
+        name += std::to_string(major);
+        const std::string p = dir.file(name + ".npy");
         npy_file(major, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", {1, 2, 3, 4, 5, 6}).save(p);
         const kpr::npy::Array a = kpr::npy::read(p);
         EXPECT_EQ(a.shape, (std::vector<uint64_t>{2, 3}));

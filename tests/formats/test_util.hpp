@@ -36,24 +36,25 @@ private:
 // Little-endian byte builder for hand-made (and deliberately broken) files.
 struct Bytes {
     std::vector<uint8_t> b;
+    // resize + memcpy rather than insert: GCC 12 warns falsely (-Wstringop-overflow) on inserts here.
+    Bytes &append(const void *p, size_t n) {
+        const size_t at = b.size();
+        b.resize(at + n);
+        if (n) std::memcpy(b.data() + at, p, n);
+        return *this;
+    }
     template <typename T>
     Bytes &pod(T v) {
-        const auto *p = reinterpret_cast<const uint8_t *>(&v);
-        b.insert(b.end(), p, p + sizeof v);
-        return *this;
+        return append(&v, sizeof v);
     }
     Bytes &u8(uint8_t v) { return pod(v); }
     Bytes &u32(uint32_t v) { return pod(v); }
     Bytes &u64(uint64_t v) { return pod(v); }
     Bytes &str(const std::string &s) {
         u64(s.size());
-        b.insert(b.end(), s.begin(), s.end());
-        return *this;
+        return append(s.data(), s.size());
     }
-    Bytes &raw(const std::string &s) {
-        b.insert(b.end(), s.begin(), s.end());
-        return *this;
-    }
+    Bytes &raw(const std::string &s) { return append(s.data(), s.size()); }
     Bytes &zeros(size_t n) {
         b.insert(b.end(), n, 0);
         return *this;

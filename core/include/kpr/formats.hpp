@@ -85,7 +85,8 @@ ActRounding ggml_cpu_act_rounding(uint32_t type);
 
 // ---- random data -----------------------------------------------------------------------------------
 // `n_blocks` valid random blocks of `type`, deterministic per seed: finite f16 scales of the size a
-// quantization of ~N(0, 0.02) weights produces; random quant fields. F32/F16/BF16: N(0,1) * 0.02.
+// quantization of ~N(0, 0.02) weights produces; random quant fields. F32/F16/BF16: 0.02 * an approximate
+// N(0,1) (sum of four uniforms, bounded by +-3.46), rounded to the type.
 void fill_random_blocks(uint32_t type, uint64_t seed, void *dst, uint64_t n_blocks);
 // N(0,1), deterministic per seed (splitmix64 + Box-Muller).
 void fill_random_floats(uint64_t seed, float *dst, uint64_t n);

@@ -401,3 +401,60 @@ TEST(GenericCpu, SelfTestCases) {
     kpr_error err{sizeof err, {0}};
     EXPECT_EQ(t->selftest_get(provider().state, &device(), n, &c, &err), KPR_ERR_INVALID_ARGUMENT);
 }
+
+// One-hot weights read back each quantized activation, so every path's q8_0 / q8_K rounding (ties
+// included) must match ggml's exactly: q8_0 rounds half away from zero, q8_K half to even.
+TEST(GenericCpu, ActivationRoundingMatchesGgml) {
+    const uint16_t one = f2h(1.0f);
+    // q8_0 through Q8_0 weights: row r = one-hot at element r (32 x 64).
+    {
+        const size_t cols = 64, rows = 64;
+        std::vector<uint8_t> w(rows * 2 * 34, 0);
+        for (size_t r = 0; r < rows; ++r) {
+            for (size_t b = 0; b < 2; ++b) put16(w.data() + (r * 2 + b) * 34, one);
+            w[(r * 2 + r / 32) * 34 + 2 + r % 32] = 1;
+        }
+        std::vector<float> x(cols);
+        x[0] = 127.0f; // d = 1 for block 0: ties at .5
+        for (size_t i = 1; i < 32; ++i) x[i] = (float)((int)i % 9 - 4) + ((i & 1) ? 0.5f : -0.5f);
+        x[32] = -63.5f; // block 1: d = 0.5
+        for (size_t i = 33; i < 64; ++i) x[i] = 0.25f * (float)((int)i - 48);
+        const std::vector<double> xr = round_q8_0(x.data(), cols);
+        for (const std::string &isa : isas()) {
+            Opts o(isa.c_str(), "1");
+            kpr_prepared *p = prepare(make_op(KPR_TYPE_Q8_0, 1, rows, cols), &o.set, w);
+            ASSERT_NE(p, nullptr);
+            std::vector<float> y(rows);
+            run(p, 1, x.data(), y.data());
+            for (size_t r = 0; r < rows; ++r) EXPECT_EQ((double)y[r], xr[r]) << isa << " q8_0 element " << r;
+            provider().table->release(provider().state, p);
+        }
+    }
+    // q8_K through Q4_K weights: d = 1, dmin = 0, every scale 1, nibble 1 at element r (256 x 256).
+    {
+        const size_t cols = 256, rows = 256;
+        std::vector<uint8_t> w(rows * 144, 0);
+        const uint8_t scales[12] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
+        for (size_t r = 0; r < rows; ++r) {
+            uint8_t *b = w.data() + r * 144;
+            put16(b, one);
+            std::memcpy(b + 4, scales, 12);
+            const size_t c = r / 64, l = r % 64;
+            b[16 + 32 * c + (l % 32)] = l < 32 ? 0x01 : 0x10;
+        }
+        std::vector<float> x(cols);
+        for (size_t i = 0; i < cols; ++i) x[i] = (float)((int)(i % 13) - 6) + 0.5f; // x * iscale hits .5 exactly
+        x[7] = -127.0f;                                                                // max: iscale = 1
+        x[100] = 127.0f;                                                               // same magnitude, later
+        const std::vector<double> xr = round_q8_K(x.data(), cols);
+        for (const std::string &isa : isas()) {
+            Opts o(isa.c_str(), "1");
+            kpr_prepared *p = prepare(make_op(KPR_TYPE_Q4_K, 1, rows, cols), &o.set, w);
+            ASSERT_NE(p, nullptr);
+            std::vector<float> y(rows);
+            run(p, 1, x.data(), y.data());
+            for (size_t r = 0; r < rows; ++r) EXPECT_EQ((double)y[r], xr[r]) << isa << " q8_K element " << r;
+            provider().table->release(provider().state, p);
+        }
+    }
+}

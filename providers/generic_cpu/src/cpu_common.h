@@ -44,9 +44,13 @@ struct Job {
 
 using KernelFn = void (*)(const Job &job, size_t row_begin, size_t row_end);
 
+using QuantFn = void (*)(const float *x, size_t n, int8_t *q, float *d, int16_t *s);
+
 struct KernelTable {
     const char *isa;
     KernelFn fn[KPR_TYPE_COUNT];
+    QuantFn quant_q8_0; // bit-identical to quantize_q8_0 (null: use the portable one)
+    QuantFn quant_q8_K; // bit-identical to quantize_q8_K
 };
 
 const KernelTable &portable_kernels();

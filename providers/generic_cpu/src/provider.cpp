@@ -276,6 +276,7 @@ struct Prepared {
     Shape shape;
     const uint8_t *w;
     KernelFn fn;
+    QuantFn quant;
     IsaChoice isa;
     unsigned threads;
 };
@@ -432,6 +433,9 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         p->w = static_cast<const uint8_t *>(weights->data);
         p->isa = isa;
         p->fn = kernel_for(isa, op->weight_type);
+        const KernelTable &tbl = table_for(isa);
+        if (shape.ti->act == Act::Q8_0) p->quant = tbl.quant_q8_0 ? tbl.quant_q8_0 : quantize_q8_0;
+        if (shape.ti->act == Act::Q8_K) p->quant = tbl.quant_q8_K ? tbl.quant_q8_K : quantize_q8_K;
         p->threads = opts.threads > 0 ? (unsigned)opts.threads : usable_threads(dev);
         log_msg(KPR_LOG_DEBUG, "prepared %s %" PRIu64 "x%" PRIu64 " ncols %u on %s%s, %u threads", shape.ti->name,
                 op->rows, op->cols, op->ncols, isa_name(isa.isa), isa.vnni ? "+vnni" : "", p->threads);
@@ -510,10 +514,8 @@ kpr_status p_run(void *, kpr_prepared *prepared, const kpr_run_args *args, kpr_e
         auto vec_q = [&](size_t v) { return reinterpret_cast<int8_t *>(xbase + v * xl.bytes_per_vec + xl.q_off); };
         auto vec_d = [&](size_t v) { return reinterpret_cast<float *>(xbase + v * xl.bytes_per_vec + xl.d_off); };
         auto vec_s = [&](size_t v) { return reinterpret_cast<int16_t *>(xbase + v * xl.bytes_per_vec + xl.s_off); };
-        if (ti->act == Act::Q8_0)
-            for (size_t v = 0; v < nvec; ++v) quantize_q8_0(args->x + v * cols, cols, vec_q(v), vec_d(v), vec_s(v));
-        else if (ti->act == Act::Q8_K)
-            for (size_t v = 0; v < nvec; ++v) quantize_q8_K(args->x + v * cols, cols, vec_q(v), vec_d(v), vec_s(v));
+        if (ti->act != Act::Float)
+            for (size_t v = 0; v < nvec; ++v) p.quant(args->x + v * cols, cols, vec_q(v), vec_d(v), vec_s(v));
 
         auto fill_col = [&](Job &job, uint32_t slot, size_t v, float *y) {
             if (ti->act == Act::Float) {

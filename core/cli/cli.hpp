@@ -45,13 +45,12 @@ struct Command {
     CLI::App *app;
     Action action;
 };
-Command add_devices(CLI::App &root, Globals &g);
-Command add_providers(CLI::App &root, Globals &g);
-Command add_plan(CLI::App &root, Globals &g);
-Command add_selftest(CLI::App &root, Globals &g);
-Command add_config(CLI::App &root, Globals &g);
-Command add_doctor(CLI::App &root, Globals &g);
-Command add_gemv(CLI::App &root, Globals &g);
+// Each command file registers its adder at static-initialisation time, so a new command is one new file:
+//   static const bool registered = register_command(40, add_mycommand);
+// `order` sorts the help listing.
+using CommandAdder = Command (*)(CLI::App &root, Globals &g);
+bool register_command(int order, CommandAdder add);
+std::vector<CommandAdder> registered_commands();
 // kpr plan --model: every weight tensor's winner and memory; exit 1 when a tensor has none.
 int plan_model(const Globals &g, const std::string &model, uint32_t ncols, const std::string &device, bool json);
 

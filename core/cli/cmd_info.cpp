@@ -160,4 +160,8 @@ Command add_config(CLI::App &root, Globals &g) {
             }};
 }
 
+static const bool add_devices_registered = register_command(10, add_devices);
+static const bool add_providers_registered = register_command(20, add_providers);
+static const bool add_config_registered = register_command(80, add_config);
+
 } // namespace kpr::cli

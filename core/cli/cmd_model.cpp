@@ -174,4 +174,6 @@ int plan_model(const Globals &g, const std::string &model, uint32_t ncols, const
     return unserved ? 1 : 0;
 }
 
+static const bool add_gemv_registered = register_command(40, add_gemv);
+
 } // namespace kpr::cli

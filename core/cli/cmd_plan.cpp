@@ -61,4 +61,6 @@ Command add_plan(CLI::App &root, Globals &g) {
             }};
 }
 
+static const bool add_plan_registered = register_command(30, add_plan);
+
 } // namespace kpr::cli

@@ -151,4 +151,7 @@ Command add_doctor(CLI::App &root, Globals &g) {
             }};
 }
 
+static const bool add_selftest_registered = register_command(50, add_selftest);
+static const bool add_doctor_registered = register_command(90, add_doctor);
+
 } // namespace kpr::cli

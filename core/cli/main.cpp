@@ -58,6 +58,26 @@ uint32_t parse_type(const std::string &name) {
     throw Error(fmt::format("--type: unknown weight type '{}' (kpr knows: {})", name, fmt::join(names, ", ")), 2);
 }
 
+namespace {
+std::vector<std::pair<int, CommandAdder>> &registry() {
+    static std::vector<std::pair<int, CommandAdder>> r;
+    return r;
+}
+} // namespace
+
+bool register_command(int order, CommandAdder add) {
+    registry().emplace_back(order, add);
+    return true;
+}
+
+std::vector<CommandAdder> registered_commands() {
+    auto r = registry();
+    std::stable_sort(r.begin(), r.end(), [](auto &a, auto &b) { return a.first < b.first; });
+    std::vector<CommandAdder> out;
+    for (auto &[o, a] : r) out.push_back(a);
+    return out;
+}
+
 } // namespace kpr::cli
 
 int main(int argc, char **argv) {
@@ -73,9 +93,8 @@ int main(int argc, char **argv) {
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
     app.add_flag("--no-gpu", g.no_gpu, "do not probe GPUs");
 
-    std::vector<Command> commands = {add_devices(app, g), add_providers(app, g), add_plan(app, g),
-                                     add_selftest(app, g), add_config(app, g),   add_doctor(app, g),
-                                     add_gemv(app, g)};
+    std::vector<Command> commands;
+    for (CommandAdder add : registered_commands()) commands.push_back(add(app, g));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

@@ -51,6 +51,7 @@ struct Config {
     std::vector<std::string> files;                    // read, in order
     std::vector<std::filesystem::path> provider_paths; // [runtime] provider_paths, resolved against the file
     std::optional<std::string> log_level;              // [runtime] log_level
+    std::optional<std::filesystem::path> calibration_file; // [runtime] calibration_file (resolved against the file)
     std::map<std::string, ProviderSettings> providers; // [providers.<name>]
     std::vector<Rule> rules;                           // [[rules]]
 

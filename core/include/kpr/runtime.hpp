@@ -157,6 +157,7 @@ struct RuntimeOptions {
     bool probe_gpus = true;                               // false: CPU only
     std::vector<Device> extra_devices;                    // injected (simulated) devices
     std::string log_level;                                // "" = KPR_LOG or "warn"
+    std::optional<std::filesystem::path> calibration_file; // else [runtime] calibration_file, else next to the config
 };
 
 class Runtime {

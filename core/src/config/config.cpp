@@ -123,7 +123,7 @@ Config Config::parse(const std::string &text, const std::string &file) {
     for (auto &&[k, v] : root) {
         std::string key(k.str());
         if (key == "runtime") {
-            static const std::vector<std::string> rk = {"provider_paths", "log_level"};
+            static const std::vector<std::string> rk = {"provider_paths", "log_level", "calibration_file"};
             for (auto &&[rk_, rv] : get_table(file, v, key)) {
                 std::string rkey = "runtime." + std::string(rk_.str());
                 if (rk_ == "provider_paths") {
@@ -133,6 +133,9 @@ Config Config::parse(const std::string &text, const std::string &file) {
                         std::filesystem::path p = get_string(file, e, rkey);
                         c.provider_paths.push_back(p.is_relative() && !base.empty() ? base / p : p);
                     }
+                } else if (rk_ == "calibration_file") {
+                    std::filesystem::path p = get_string(file, rv, rkey);
+                    c.calibration_file = p.is_relative() && !base.empty() ? base / p : p;
                 } else if (rk_ == "log_level") {
                     std::string lvl = get_string(file, rv, rkey);
                     static const std::vector<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};

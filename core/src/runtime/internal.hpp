@@ -75,6 +75,10 @@ struct RuntimeImpl : std::enable_shared_from_this<RuntimeImpl> {
     void load_one(const std::filesystem::path &file);
 };
 
+// Reads the calibration file (if any) and sets impl.calibration; stale entries become impl.warnings.
+// Implemented in core/src/calibration/.
+void attach_calibration(RuntimeImpl &impl, const RuntimeOptions &opts);
+
 // Search order for provider libraries, deduplicated.
 std::vector<std::filesystem::path> provider_search_path(const RuntimeOptions &opts, const Config &config,
                                                         bool use_env);

@@ -440,6 +440,7 @@ Runtime Runtime::create(const RuntimeOptions &opts) {
         if (p->ok()) known[p->info.name] = p->option_decls;
     auto errors = impl->config.check_against(known);
     if (!errors.empty()) throw Error(errors.front() + (errors.size() > 1 ? fmt::format(" (and {} more)", errors.size() - 1) : ""));
+    attach_calibration(*impl, opts);
     if (opts.use_environment)
         for (const char *var : {"KPR_ENABLE", "KPR_DISABLE", "KPR_FORCE"})
             if (const char *e = std::getenv(var)) {

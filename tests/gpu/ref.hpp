@@ -267,7 +267,8 @@ inline void dequant_block(uint32_t type, const uint8_t *p, float *w) {
                 const uint32_t s7 = (aux >> (7 * l)) & 127;
                 const uint32_t signs = s7 | ((__builtin_popcount(s7) & 1) << 7);
                 for (int k = 0; k < 2; ++k) {
-                    const uint32_t g = kpr_iq3xxs_grid[p[2 + 8 * ib + 2 * l + k]];
+                    static const uint32_t grid[256] = KPR_IQ3XXS_GRID_INIT;
+                    const uint32_t g = grid[p[2 + 8 * ib + 2 * l + k]];
                     for (int j = 0; j < 4; ++j) {
                         const float v = static_cast<float>((g >> (8 * j)) & 0xFF);
                         w[32 * ib + 8 * l + 4 * k + j] = sc * (((signs >> (4 * k + j)) & 1) ? -v : v);
@@ -284,7 +285,8 @@ inline void dequant_block(uint32_t type, const uint8_t *p, float *w) {
             const float sc = d * (1 + 2 * ls);
             for (int k = 0; k < 8; ++k) {
                 const uint32_t idx = p[2 + 8 * ib + k] | (((p[66 + ib] >> k) & 1) << 8);
-                const uint32_t g = kpr_iq3s_grid[idx];
+                static const uint32_t grid[512] = KPR_IQ3S_GRID_INIT;
+                const uint32_t g = grid[idx];
                 for (int j = 0; j < 4; ++j) {
                     const int e = 4 * k + j; // = 8m + jj
                     const int neg = (p[74 + 4 * ib + e / 8] >> (e % 8)) & 1;

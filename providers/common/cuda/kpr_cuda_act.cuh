@@ -44,6 +44,7 @@ inline ActQ8 act_q8_view(void *scratch, size_t nvec, size_t cols) {
 static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__restrict__ x, size_t n,
                                                         int8_t *__restrict__ q, float *__restrict__ d,
                                                         float *__restrict__ s) {
+    pdl_wait();              // launched early (PDL): the previous kernel may still read the scratch
     pdl_launch_dependents(); // let the GEMV launch and start streaming its weights now
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x & 31u) >= n) return; // whole warp out of range (n % 32 == 0)

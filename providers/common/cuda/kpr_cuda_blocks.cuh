@@ -82,8 +82,8 @@ __device__ __forceinline__ uint32_t kvalues4(uint32_t idx) {
     constexpr uint32_t T1 = 0xF6EADDCFu; // -49 -35 -22 -10
     constexpr uint32_t T2 = 0x26190D01u; // 1 13 25 38
     constexpr uint32_t T3 = 0x71594535u; // 53 69 89 113
-    const uint32_t t = idx & 0x07070707u;
-    const uint32_t sel = (t & 0x7u) | ((t >> 4) & 0x70u) | ((t >> 8) & 0x700u) | ((t >> 12) & 0x7000u);
+    uint32_t sel = (idx & 0x07070707u) | ((idx & 0x07070707u) >> 4); // nibble pairs in bytes 0 and 2
+    sel = __byte_perm(sel, 0, 0x0020);                                    // bytes 0, 2 -> selector bits 0..15
     const uint32_t lo = __byte_perm(T0, T1, sel);
     const uint32_t hi = __byte_perm(T2, T3, sel);
     const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
@@ -672,6 +672,53 @@ struct TabGlobal {
     __device__ __forceinline__ uint32_t mask_s(uint32_t b, uint32_t half) const {
         return nibble_to_bytemask((b >> (4 * half)) & 0xFu);
     }
+};
+
+} // namespace kpr::cuda
+
+namespace kpr::cuda {
+
+// Tables staged in shared memory by every block (iq_stage_tables): the grid and the sign masks as
+// words, (g ^ m) + (m & 0x01010101) applied by the same TIQ3_* code as generic_cuda's.
+static __device__ const uint8_t g_ksigns_iq2xs[128] = KPR_KSIGNS_IQ2XS_INIT;
+
+struct TabSharedXXS {
+    const uint32_t *grid;
+    const uint32_t *mask; // [2][128]: half 0 = sign bits 0..3, half 1 = bits 4..7 of ksigns_iq2xs[i]
+    __device__ __forceinline__ static TabSharedXXS prologue() {
+        __shared__ uint32_t s_grid[256];
+        __shared__ uint32_t s_mask[2 * 128];
+        for (uint32_t i = threadIdx.x; i < 256; i += blockDim.x) {
+            s_grid[i] = g_iq3xxs_grid[i];
+            const uint32_t s8 = g_ksigns_iq2xs[i & 127];
+            s_mask[i] = nibble_to_bytemask((s8 >> (4 * (i >> 7))) & 0xFu);
+        }
+        __syncthreads();
+        return TabSharedXXS{s_grid, s_mask};
+    }
+    __device__ __forceinline__ uint32_t grid_xxs(uint32_t i) const { return grid[i]; }
+    __device__ __forceinline__ uint32_t mask_xxs(uint32_t s7, uint32_t half) const { return mask[half * 128 + s7]; }
+    __device__ __forceinline__ uint32_t grid_s(uint32_t) const { return 0; }
+    __device__ __forceinline__ uint32_t mask_s(uint32_t, uint32_t) const { return 0; }
+};
+
+struct TabSharedS {
+    const uint32_t *grid;
+    const uint32_t *mask; // [2][256]: half 0 = bits 0..3 of the sign byte, half 1 = bits 4..7
+    __device__ __forceinline__ static TabSharedS prologue() {
+        __shared__ uint32_t s_grid[512];
+        __shared__ uint32_t s_mask[2 * 256];
+        for (uint32_t i = threadIdx.x; i < 512; i += blockDim.x) {
+            s_grid[i] = g_iq3s_grid[i];
+            s_mask[i] = nibble_to_bytemask(((i & 255u) >> (4 * (i >> 8))) & 0xFu);
+        }
+        __syncthreads();
+        return TabSharedS{s_grid, s_mask};
+    }
+    __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return grid[i]; }
+    __device__ __forceinline__ uint32_t mask_s(uint32_t b, uint32_t half) const { return mask[half * 256 + b]; }
+    __device__ __forceinline__ uint32_t grid_xxs(uint32_t) const { return 0; }
+    __device__ __forceinline__ uint32_t mask_xxs(uint32_t, uint32_t) const { return 0; }
 };
 
 } // namespace kpr::cuda

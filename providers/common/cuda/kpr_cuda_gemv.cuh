@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     };
 
     fetch(0);
-    pdl_wait(); // activations are written by the kernel before this one
+    pdl_wait();              // activations are written by the kernel before this one
+    pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
 
     float acc[R][NC];
 #pragma unroll

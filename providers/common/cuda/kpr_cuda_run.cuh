@@ -108,9 +108,18 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     } else {
         const ActQ8 v = act_q8_view(scratch, nvec, cols);
         const size_t n = size_t(nvec) * cols;
-        quantize_act_q8_1<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-            args->x, n, const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
-        e = cudaGetLastError();
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(static_cast<unsigned>((n + 255) / 256), 1, 1);
+        cfg.blockDim = dim3(256, 1, 1);
+        cfg.stream = s;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = p.pdl ? 1 : 0;
+        e = cudaLaunchKernelEx(&cfg, quantize_act_q8_1, args->x, n, const_cast<int8_t *>(v.q),
+                               const_cast<float *>(v.d), const_cast<float *>(v.s));
+        if (e == cudaSuccess) e = cudaGetLastError();
         if (e != cudaSuccess) return cuda_fail(err, e, "run: activation quantizer launch");
         a.x.q = v.q;
         a.x.d = v.d;

@@ -6,6 +6,17 @@
 #include <cstdint>
 #include <cuda_fp16.h>
 
+// KPR_ARCH: the architecture whose code paths the device pass compiles. Normally __CUDA_ARCH__;
+// scripts/check-pascal sets KPR_CUDA_PTX_AS_ARCH=600/610 to compile the Pascal paths with a CUDA 13
+// front end (which cannot target compute_6x itself) and assembles the PTX with CUDA 12.9's ptxas.
+#if defined(__CUDA_ARCH__) && defined(KPR_CUDA_PTX_AS_ARCH)
+#define KPR_ARCH KPR_CUDA_PTX_AS_ARCH
+#elif defined(__CUDA_ARCH__)
+#define KPR_ARCH __CUDA_ARCH__
+#else
+#define KPR_ARCH 0
+#endif
+
 namespace kpr::cuda {
 
 __device__ __forceinline__ float f16_to_float(uint16_t h) {
@@ -31,7 +42,7 @@ __device__ __forceinline__ int dp4a_emulated(int a, int b, int c) {
 // emulation (sm60_q8's emulate_dp4a option, so the 6.0 path runs and is tested on newer GPUs).
 template <bool EMULATE = false>
 __device__ __forceinline__ int dp4a(int a, int b, int c) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 610
     if constexpr (!EMULATE) {
         return __dp4a(a, b, c);
     }
@@ -123,13 +134,13 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // 16-byte streaming load of weights: read-only path, not kept in L1 (the activations live there).
 __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     uint4 r;
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
     return r;
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+#elif defined(__CUDA_ARCH__) && KPR_ARCH >= 700
     uint4 r;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
@@ -144,13 +155,13 @@ __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
 // start while the previous one (the activation quantizer) still runs; it must wait before reading
 // what that one writes. No-ops elsewhere.
 __device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 __device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }

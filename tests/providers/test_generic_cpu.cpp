@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -457,4 +458,70 @@ TEST(GenericCpu, ActivationRoundingMatchesGgml) {
             provider().table->release(provider().state, p);
         }
     }
+}
+
+// The shared ggml reference vectors (tests/data): our result must be within ggml's own distance of the
+// float reference (y.*), and, for the types whose activations we quantize exactly as ggml's CPU path
+// does, essentially equal to ggml's own CPU result (yg.*).
+#include "gguf_mini.h"
+
+TEST(GenericCpu, GgmlReferenceVectors) {
+    const std::string dir = KPR_TEST_DATA_DIR;
+    std::unique_ptr<GgufFile> wf, xf, ef;
+    try {
+        wf = std::make_unique<GgufFile>(dir + "/weights.gguf");
+        xf = std::make_unique<GgufFile>(dir + "/activations.gguf");
+        ef = std::make_unique<GgufFile>(dir + "/expected.gguf");
+    } catch (const std::exception &e) {
+        GTEST_SKIP() << "reference vectors not available: " << e.what();
+    }
+    int checked = 0;
+    for (const auto &[name, wt] : wf->tensors()) {
+        // w.<type>.<rows>x<K>
+        const size_t d1 = name.find('.', 2);
+        const std::string token = name.substr(2, d1 - 2), shape = name.substr(d1 + 1);
+        const uint64_t K = wt.ne[0], rows = wt.ne[1];
+        const TypeDesc *t = nullptr;
+        for (const TypeDesc &c : all_types())
+            if (c.type == wt.type) t = &c;
+        ASSERT_NE(t, nullptr) << name;
+        const size_t bytes = rows * (K / t->block) * t->bytes;
+        std::vector<uint8_t> w(wt.data, wt.data + bytes);
+        for (uint32_t nc : {1u, 4u, 8u}) {
+            const GgufTensor *x = xf->find("x." + std::to_string(K) + "." + std::to_string(nc));
+            const GgufTensor *y = ef->find("y." + token + "." + shape + "." + std::to_string(nc));
+            const GgufTensor *yg = ef->find("yg." + token + "." + shape + "." + std::to_string(nc));
+            ASSERT_TRUE(x && y && yg) << name << " ncols " << nc;
+            const float *xv = reinterpret_cast<const float *>(x->data);
+            std::vector<double> ref(rows * nc), refg(rows * nc);
+            for (size_t i = 0; i < ref.size(); ++i) {
+                float a, b;
+                std::memcpy(&a, y->data + 4 * i, 4);
+                std::memcpy(&b, yg->data + 4 * i, 4);
+                ref[i] = a;
+                refg[i] = b;
+            }
+            // ggml's own distance from the reference for this case, for the bound below.
+            const std::vector<float> ggml_out(refg.begin(), refg.end());
+            const double ggml_err = rel_err(ggml_out, ref);
+            std::vector<float> xcopy(xv, xv + K * nc);
+            for (const std::string &isa : isas()) {
+                Opts o(isa.c_str(), "2");
+                kpr_prepared *p = prepare(make_op(t->type, nc, rows, K), &o.set, w);
+                ASSERT_NE(p, nullptr);
+                std::vector<float> out(rows * nc);
+                run(p, nc, xcopy.data(), out.data());
+                provider().table->release(provider().state, p);
+                const double e = rel_err(out, ref);
+                if (t->act == 0) {
+                    EXPECT_LE(e, 1e-5) << name << " ncols " << nc << " " << isa;
+                } else {
+                    EXPECT_LE(e, ggml_err * 1.05 + 1e-5) << name << " ncols " << nc << " " << isa;
+                    EXPECT_LE(rel_err(out, refg), 2e-5) << name << " ncols " << nc << " " << isa << " vs ggml";
+                }
+                ++checked;
+            }
+        }
+    }
+    EXPECT_GT(checked, 0);
 }

@@ -13,6 +13,8 @@
 // Prints a markdown table.
 #include "../../tests/gpu/harness.hpp"
 
+#include "kpr_cuda_gemv.cuh" // --breakdown: the shared kernels, launched directly
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -226,6 +228,93 @@ static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc
     return br;
 }
 
+// --breakdown: where the time of one generic_cuda call goes, for the 4096x14336 weight at 1 and 8
+// columns: the activation quantizer alone, the GEMV kernel alone (activations already quantized), and
+// both back to back (what a call does). Graph-replayed, 1 GiB of weights in rotation.
+template <class T>
+static void breakdown(const char *tname, double bw, cudaStream_t s) {
+    const uint32_t type = T::TYPE;
+    const TypeInfo *ti = tinfo(type);
+    const uint64_t rows = 4096, cols = 14336, rb = cols / ti->qk * ti->bytes, wbytes = rows * rb;
+    const uint32_t copies = static_cast<uint32_t>((uint64_t(1) << 30) / wbytes + 1);
+    std::vector<uint8_t> hw(wbytes);
+    fill_blocks(type, 3, hw.data(), rows * cols);
+    uint8_t *dw;
+    KPR_CU(cudaMalloc(&dw, wbytes * copies));
+    for (uint32_t c = 0; c < copies; ++c) KPR_CU(cudaMemcpy(dw + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
+    for (uint32_t nc : {1u, 8u}) {
+        std::vector<float> hx(nc * cols);
+        Rng r(9);
+        for (auto &v : hx) v = r.sym();
+        float *dx, *dy;
+        void *scratch;
+        KPR_CU(cudaMalloc(&dx, hx.size() * 4));
+        KPR_CU(cudaMalloc(&dy, nc * rows * 4));
+        KPR_CU(cudaMalloc(&scratch, kpr::cuda::act_q8_bytes(nc, cols)));
+        KPR_CU(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+        const kpr::cuda::ActQ8 v = kpr::cuda::act_q8_view(scratch, nc, cols);
+        const size_t n = size_t(nc) * cols;
+        auto quant = [&] {
+            kpr::cuda::quantize_act_q8_1<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+                dx, n, const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
+        };
+        auto gemv = [&](uint32_t c, bool pdl) {
+            kpr::cuda::GemvArgs a{};
+            a.w = dw + uint64_t(c) * wbytes;
+            a.row_bytes = rb;
+            a.expert_bytes = wbytes;
+            a.rows = rows;
+            a.nb = static_cast<uint32_t>(cols / ti->qk);
+            a.n_used = a.x_slots = a.n_experts = 1;
+            a.aligned = 1;
+            a.x.q = v.q;
+            a.x.d = v.d;
+            a.x.s = v.s;
+            a.x.cols = static_cast<uint32_t>(cols);
+            a.y = dy;
+            kpr::cuda::launch_gemv_nc<T, kpr::cuda::TabGlobal>(a, nc, 1, pdl, s);
+        };
+        auto time_graph = [&](auto body) {
+            const uint32_t iters = 200;
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            KPR_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (uint32_t i = 0; i < iters; ++i) body(i % copies);
+            KPR_CU(cudaStreamEndCapture(s, &g));
+            KPR_CU(cudaGraphInstantiate(&ge, g, 0));
+            KPR_CU(cudaGraphLaunch(ge, s));
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            std::vector<double> t;
+            for (int rep = 0; rep < 5; ++rep) {
+                cudaEventRecord(e0, s);
+                KPR_CU(cudaGraphLaunch(ge, s));
+                cudaEventRecord(e1, s);
+                KPR_CU(cudaEventSynchronize(e1));
+                float ms;
+                cudaEventElapsedTime(&ms, e0, e1);
+                t.push_back(ms * 1e3 / iters);
+            }
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+            return median(t);
+        };
+        const double tq = time_graph([&](uint32_t) { quant(); });
+        const double tg = time_graph([&](uint32_t c) { gemv(c, false); });
+        const double tb = time_graph([&](uint32_t c) { quant(); gemv(c, false); });
+        const double tp = time_graph([&](uint32_t c) { quant(); gemv(c, true); });
+        std::printf("breakdown %s n%u: quantize %.1f us, gemv alone %.1f us (%.2f of bw), both %.1f us, both with PDL "
+                    "%.1f us; floor at bw %.1f us\n",
+                    tname, nc, tq, tg, wbytes / (tg * 1e-6) / 1e9 / bw, tb, tp, wbytes / bw / 1e3);
+        std::fflush(stdout);
+        cudaFree(dx);
+        cudaFree(dy);
+        cudaFree(scratch);
+    }
+    cudaFree(dw);
+}
+
 static std::vector<std::string> split(const std::string &s) {
     std::vector<std::string> v;
     std::stringstream ss(s);
@@ -239,7 +328,7 @@ int main(int argc, char **argv) {
     std::vector<std::string> providers = {"generic_cuda", "sm60_q8", "iq_stage_tables"};
     std::vector<std::string> types = {"q8_0", "q4_0", "q4_K", "iq4_nl", "iq3_xxs", "iq3_s"};
     std::vector<uint32_t> ncols = {1, 2, 4, 8};
-    bool moe = true;
+    bool moe = true, breakdown_only = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--providers" && i + 1 < argc) providers = split(argv[++i]);
@@ -248,6 +337,7 @@ int main(int argc, char **argv) {
             ncols.clear();
             for (auto &t : split(argv[++i])) ncols.push_back(static_cast<uint32_t>(std::stoul(t)));
         } else if (a == "--no-moe") moe = false;
+        else if (a == "--breakdown") breakdown_only = true;
     }
     if (!gpu_present()) {
         std::fprintf(stderr, "no CUDA GPU\n");
@@ -260,6 +350,13 @@ int main(int argc, char **argv) {
     std::printf("device: %s (cc %d.%d, %u SMs); measured read bandwidth %.0f GB/s (streaming 16-byte loads, 4 GiB, "
                 "median of 7)\n\n",
                 dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
+    if (breakdown_only) {
+        breakdown<kpr::cuda::TQ8_0>("q8_0", bw, s);
+        breakdown<kpr::cuda::TQ4_0>("q4_0", bw, s);
+        breakdown<kpr::cuda::TQ4_K>("q4_K", bw, s);
+        breakdown<kpr::cuda::TIQ3_XXS>("iq3_xxs", bw, s);
+        return 0;
+    }
     std::printf("| provider | type | shape | ncols | time (us) | GB/s | fraction of read bw | host-launched (us) |\n");
     std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
     std::fflush(stdout);

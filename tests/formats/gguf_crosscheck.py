@@ -6,6 +6,7 @@ Driven by tests/formats/test_gguf_python.cpp:
   gguf_crosscheck.py write FILE          write a GGUF with gguf.GGUFWriter: every metadata type, a few tensors
   gguf_crosscheck.py dequant FILE DIR    dequantize every tensor of FILE with gguf.quants into DIR/<name>.npy
   gguf_crosscheck.py types               JSON of gguf's GGML type table: id -> [name, block, bytes]
+  gguf_crosscheck.py npy FILE            JSON of what numpy.load sees in FILE: dtype, fortran order, shape, values
 Exit 77 when `gguf` cannot be imported (the caller skips).
 """
 import json
@@ -109,6 +110,13 @@ def types():
     json.dump(out, sys.stdout)
 
 
+def npy(path):
+    a = np.load(path, allow_pickle=False)
+    out = {"dtype": a.dtype.str, "fortran": bool(a.flags.f_contiguous and not a.flags.c_contiguous),
+           "shape": list(a.shape), "values": [float(v) for v in a.reshape(-1)]}
+    json.dump(out, sys.stdout)
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "dump":
         dump(argv[2])
@@ -116,6 +124,8 @@ def main(argv):
         write(argv[2])
     elif len(argv) >= 4 and argv[1] == "dequant":
         dequant(argv[2], argv[3])
+    elif len(argv) >= 3 and argv[1] == "npy":
+        npy(argv[2])
     elif len(argv) >= 2 and argv[1] == "types":
         types()
     else:

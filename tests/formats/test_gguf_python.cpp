@@ -261,3 +261,25 @@ TEST(GgufPython, DequantizationAgreesWithGgufQuants) {
     }
     EXPECT_EQ(compared, static_cast<int>(formats::supported_types().size()));
 }
+
+TEST(GgufPython, NumpyLoadsWhatKprWrites) {
+    REQUIRE_PYTHON_GGUF(); // gguf brings numpy
+    ScratchDir dir("pynpy");
+    for (const std::vector<uint64_t> &shape : {std::vector<uint64_t>{}, std::vector<uint64_t>{7},
+                                               std::vector<uint64_t>{3, 5}, std::vector<uint64_t>{2, 1, 4},
+                                               std::vector<uint64_t>{0, 3}}) {
+        uint64_t n = 1;
+        for (uint64_t d : shape) n *= d;
+        std::vector<float> data(n);
+        formats::fill_random_floats(n, data.data(), n);
+        const std::string p = dir.file("x.npy");
+        npy::write(p, shape, data.data());
+        const json py = json::parse(run_script(dir, "npy " + shell_quote(p)));
+        EXPECT_EQ(py["dtype"].get<std::string>(), "<f4");
+        EXPECT_FALSE(py["fortran"].get<bool>());
+        EXPECT_EQ(py["shape"].get<std::vector<uint64_t>>(), shape);
+        const auto values = py["values"].get<std::vector<double>>();
+        ASSERT_EQ(values.size(), n);
+        for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(static_cast<float>(values[i]), data[i]) << i;
+    }
+}

@@ -671,3 +671,35 @@ TEST(FormatsTables, Crc32) {
     EXPECT_EQ(crc32(kpr_ksigns_iq2xs, sizeof kpr_ksigns_iq2xs), KPR_KSIGNS_IQ2XS_CRC32);
     for (int i = 0; i < 128; ++i) EXPECT_EQ(kpr_ksigns_iq2xs[i], i | ((__builtin_popcount(i) & 1) << 7));
 }
+
+// ---- golden values ---------------------------------------------------------------------------------
+// CRC-32 of fill_random_blocks(type, 1000 + id) (64 blocks; 16384 values for F32/F16/BF16) and of its
+// dequantization. The dequantized values were checked bit for bit against PyPI gguf's gguf.quants
+// (GgufPython.DequantizationAgreesWithGgufQuants, the same data), so this test carries that check to
+// machines without Python. If fill_random_blocks changes on purpose, regenerate both columns and rerun
+// kpr_gguf_python_tests.
+TEST(FormatsGolden, DequantizationOfSeededBlocks) {
+    struct Golden {
+        uint32_t id, blocks_crc, values_crc;
+    } const golden[] = {
+        {0, 0x612fbcacu, 0x612fbcacu},  {1, 0xec4b6dfau, 0x96a16fd0u},  {2, 0x61d41c70u, 0xb5e1d4fdu},
+        {3, 0xc961e598u, 0x49b2224fu},  {6, 0x2c71bc99u, 0x8c54a092u},  {7, 0xd333243du, 0x34b30638u},
+        {8, 0x532ce4e9u, 0xb9f4d2ddu},  {10, 0x2b5b73bdu, 0x5221a0f8u}, {11, 0x413a5befu, 0x2a9a9322u},
+        {12, 0xa7a01763u, 0xd92b3208u}, {13, 0x5df406b8u, 0xc982b714u}, {14, 0x0e63e74fu, 0xd198f242u},
+        {18, 0xc2b32c78u, 0x33cc84e1u}, {20, 0xd4ccbca4u, 0x0162a821u}, {21, 0xa3d0969eu, 0x43647e1au},
+        {23, 0xd27c2574u, 0x55355431u}, {30, 0x95da4dbbu, 0x96284737u},
+    };
+    EXPECT_EQ(std::size(golden), supported_types().size());
+    for (const Golden &g : golden) {
+        const TypeInfo *t = type_info(g.id);
+        ASSERT_NE(t, nullptr);
+        const uint64_t n = 64 * (t->block_size == 1 ? 256 : t->block_size);
+        std::vector<uint8_t> data(row_bytes(t->id, n));
+        fill_random_blocks(t->id, 1000 + t->id, data.data(), data.size() / t->block_bytes);
+        ASSERT_EQ(crc32(data.data(), data.size()), g.blocks_crc)
+            << t->name << ": fill_random_blocks no longer makes the same blocks for the same seed";
+        std::vector<float> w(n);
+        dequantize_row(t->id, data.data(), w.data(), n);
+        EXPECT_EQ(crc32(w.data(), n * 4), g.values_crc) << t->name << ": dequantization changed";
+    }
+}

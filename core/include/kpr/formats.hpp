@@ -78,9 +78,10 @@ void round_activations(ActRounding r, const float *x, float *dst, uint64_t n);
 // dot_row against the rounded activations: the reference that rounds activations like the kernel.
 double dot_row_rounded(uint32_t type, const void *row, const float *x, uint64_t n, ActRounding r);
 
-// The activation rounding ggml's CPU vec_dot uses for a weight type: Q8_0 for q8_0/q4_0/q4_1/q5_*/
-// iq4_nl (q8_1 for q4_1/q5_1 in ggml; both round identically here), Q8_K for K-quants and IQ types,
-// F16 for f16, Float for f32 (and BF16 -> Float).
+// The activation rounding ggml's CPU vec_dot uses for a weight type: Q8_0 for q8_0/q4_0/q5_0/iq4_nl and
+// also for q4_1/q5_1 (ggml's CPU pairs those with q8_1, whose values it rounds exactly as q8_0's: x * (1/d);
+// ActRounding::Q8_1 is the CUDA quantizer's x / d), Q8_K for the K-quants and IQ types, F16 for f16,
+// Float for f32 and bf16 (ggml rounds bf16's activations to bf16; not modelled).
 ActRounding ggml_cpu_act_rounding(uint32_t type);
 
 // ---- random data -----------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ TEST(Loader, DuplicateNameTheFirstFolderWins) {
         EXPECT_EQ(loaded, 1);
         EXPECT_EQ(failed, 1);
         ASSERT_NE(rt.loaded("mock_dup"), nullptr);
-        EXPECT_EQ(rt.loaded("mock_dup")->info.version, reversed ? "2.0.0-second" : "1.0.0-first");
+        EXPECT_EQ(loaded_info(rt, "mock_dup")->version, reversed ? "2.0.0-second" : "1.0.0-first");
         expect_generic_cpu_works(rt);
     }
 }

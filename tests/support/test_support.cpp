@@ -1,7 +1,5 @@
 #include "test_support.hpp"
 
-#include <gtest/gtest.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -134,6 +132,12 @@ const kpr::ProviderInfo *find_provider(const std::vector<kpr::ProviderInfo> &ps,
     for (auto &p : ps)
         if (p.name == name) return &p;
     return nullptr;
+}
+
+std::optional<kpr::ProviderInfo> loaded_info(const kpr::Runtime &rt, const std::string &name) {
+    for (auto &p : rt.providers())
+        if (p.name == name && p.state != kpr::ProviderState::Failed) return p;
+    return std::nullopt;
 }
 
 const kpr::Answer *find_answer(const kpr::Plan &plan, const std::string &name) {

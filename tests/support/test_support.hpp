@@ -75,6 +75,8 @@ KprMockStats *mock_stats(const fs::path &file);
 kpr::RuntimeOptions isolated_options(const std::vector<fs::path> &dirs = {});
 
 const kpr::ProviderInfo *find_provider(const std::vector<kpr::ProviderInfo> &ps, const std::string &name);
+// The entry of the provider `name` that loaded (not the failed duplicates), as a copy; nullopt when none.
+std::optional<kpr::ProviderInfo> loaded_info(const kpr::Runtime &rt, const std::string &name);
 const kpr::Answer *find_answer(const kpr::Plan &plan, const std::string &name);
 bool contains(const std::string &haystack, const std::string &needle);
 

@@ -125,7 +125,7 @@ std::string load_error(const fs::path &file) {
 
 TEST(DeviceFile, AFullDescription) {
     TempDir tmp;
-    fs::path f = tmp.write("mygp100.toml", R"([device]
+    fs::path f = tmp.write("mygp100.toml", R"toml([device]
 name = "Tesla P100 (lab)"
 cc = "6.0"
 sm_count = 56
@@ -134,7 +134,7 @@ smem_per_sm = 65536
 l2_bytes = 4194304
 memory_bytes = 17179869184
 bandwidth_gbps = 732.0
-)");
+)toml");
     kpr::Device d = kpr::load_device_file(f);
     EXPECT_EQ(d.id, "sim:mygp100");
     EXPECT_TRUE(d.is_cuda());

@@ -356,7 +356,7 @@ TEST(Environment, ProviderPathFlagComesBeforeKprProviderPath) {
     env.set("KPR_PROVIDER_PATH", mock_dir("dup2").string());
     auto rt = make_env({mock_dir("dup1")});
     ASSERT_NE(rt.loaded("mock_dup"), nullptr);
-    EXPECT_EQ(rt.loaded("mock_dup")->info.version, "1.0.0-first");
+    EXPECT_EQ(loaded_info(rt, "mock_dup")->version, "1.0.0-first");
 }
 
 TEST(Environment, ConfigProviderPathsAreRelativeToTheFile) {
@@ -365,7 +365,7 @@ TEST(Environment, ConfigProviderPathsAreRelativeToTheFile) {
     fs::path cfg = tmp.write("conf/kpr.toml", "[runtime]\nprovider_paths = [\"mine\"]\n");
     auto rt = make({}, cfg);
     ASSERT_NE(rt.loaded("mock_high"), nullptr);
-    EXPECT_TRUE(contains(rt.loaded("mock_high")->info.file, (tmp.path() / "conf" / "mine").string()));
+    EXPECT_TRUE(contains(loaded_info(rt, "mock_high")->file, (tmp.path() / "conf" / "mine").string()));
 }
 
 TEST(Environment, KprLogDoesNotBreakAnything) {

@@ -94,64 +94,6 @@ Command add_selftest(CLI::App &root, Globals &g) {
             }};
 }
 
-Command add_doctor(CLI::App &root, Globals &g) {
-    auto *sub = root.add_subcommand("doctor", "check this machine: devices, providers, self-tests, in one summary");
-    auto json = std::make_shared<bool>(false);
-    sub->add_flag("--json", *json, "machine-readable output");
-    return {sub, [&g, json] {
-                Runtime rt = make_runtime(g);
-                auto ps = rt.providers();
-                std::vector<SelftestResult> all;
-                for (auto &dev : selftest_devices(rt, "")) {
-                    SelftestOptions o;
-                    o.device = dev;
-                    auto rs = run_selftests(rt, o);
-                    all.insert(all.end(), rs.begin(), rs.end());
-                }
-                size_t loaded = 0, failed_p = 0, disabled = 0, failed = 0, passed = 0, skipped = 0;
-                for (auto &p : ps) (p.state == ProviderState::Loaded ? loaded : p.state == ProviderState::Failed ? failed_p : disabled)++;
-                for (auto &r : all)
-                    (r.outcome == SelftestResult::Outcome::Failed ? failed
-                     : r.outcome == SelftestResult::Outcome::Passed ? passed : skipped)++;
-                if (*json) {
-                    nlohmann::json j;
-                    j["version"] = version();
-                    j["devices"] = nlohmann::json::array();
-                    for (auto &d : rt.devices()) j["devices"].push_back(device_json(d));
-                    j["providers"] = nlohmann::json::array();
-                    for (auto &p : ps) j["providers"].push_back({{"name", p.name}, {"file", p.file}, {"state", to_string(p.state)}, {"reason", p.reason}});
-                    j["selftests"] = {{"passed", passed}, {"failed", failed}, {"skipped", skipped}};
-                    j["config_files"] = rt.config_files();
-                    j["warnings"] = rt.warnings();
-                    j["ok"] = failed == 0;
-                    std::cout << j.dump(2) << "\n";
-                    return failed ? 1 : 0;
-                }
-                std::cout << fmt::format("kpr {} doctor\n\ndevices\n", version());
-                for (auto &d : rt.devices()) std::cout << "  " << device_line(d) << "\n";
-                std::cout << "\nconfig: " << (rt.config_files().empty() ? "none (defaults)" : fmt::format("{}", fmt::join(rt.config_files(), ", "))) << "\n";
-                std::cout << "\nproviders\n";
-                for (auto &p : ps)
-                    std::cout << fmt::format("  {:<18} {:<8} {:<9} {}\n", p.name, p.version.empty() ? "-" : p.version,
-                                             to_string(p.state), p.reason.empty() ? p.file : p.reason);
-                std::cout << "\nself-tests\n";
-                std::map<std::string, std::array<size_t, 3>> per;
-                for (auto &r : all) per[r.provider + " on " + r.device][(int)r.outcome]++;
-                for (auto &[k, v] : per)
-                    std::cout << fmt::format("  {:<30} {} passed, {} failed, {} skipped\n", k, v[0], v[1], v[2]);
-                for (auto &r : all)
-                    if (r.outcome == SelftestResult::Outcome::Failed)
-                        std::cout << fmt::format("  FAIL {} {} on {}: {}\n", r.provider, r.case_name, r.device, r.message);
-                for (auto &w : rt.warnings()) std::cout << "\nwarning: " << w << "\n";
-                std::cout << fmt::format("\nsummary: {} device(s), {} provider(s) loaded, {} failed to load, {} disabled; "
-                                         "self-tests {} passed, {} failed, {} skipped (seed {}) -> {}\n",
-                                         rt.devices().size(), loaded, failed_p, disabled, passed, failed, skipped,
-                                         all.empty() ? 0 : all.front().seed, failed ? "PROBLEMS" : "OK");
-                return failed ? 1 : 0;
-            }};
-}
-
 static const bool add_selftest_registered = register_command(50, add_selftest);
-static const bool add_doctor_registered = register_command(90, add_doctor);
 
 } // namespace kpr::cli

@@ -132,8 +132,8 @@ void reference(const TypeDesc &t, const uint8_t *w, size_t rows, size_t cols, co
     }
 }
 
-double float_tol(const TypeDesc &t) { return t.act == 0 ? 2e-5 : (t.act == 1 ? 3e-2 : 4e-2); }
-constexpr double kQuantTol = 1e-4;
+double float_tol(const TypeDesc &t) { return t.act == 0 ? 1e-5 : (t.act == 1 ? 3e-2 : 4e-2); }
+constexpr double kQuantTol = 1e-5;
 
 class PerType : public ::testing::TestWithParam<TypeDesc> {};
 
@@ -263,7 +263,7 @@ TEST_P(PerType, AllNcolsAllIsas) {
             run(p, nc, x.data(), y.data());
             const std::vector<double> ef(rf.begin(), rf.begin() + nc * rows), eq(rq.begin(), rq.begin() + nc * rows);
             EXPECT_LE(rel_err(y, ef), float_tol(t)) << t.name << " " << isa << " ncols " << nc;
-            EXPECT_LE(rel_err(y, eq), t.act ? kQuantTol : 2e-5) << t.name << " " << isa << " ncols " << nc;
+            EXPECT_LE(rel_err(y, eq), t.act ? kQuantTol : 1e-5) << t.name << " " << isa << " ncols " << nc;
             if (nc == 8) per_isa.push_back(y);
             // run with fewer columns than prepared
             if (nc == 8) {
@@ -277,7 +277,7 @@ TEST_P(PerType, AllNcolsAllIsas) {
     // All paths agree closely.
     for (size_t i = 1; i < per_isa.size(); ++i) {
         std::vector<double> a(per_isa[0].begin(), per_isa[0].end());
-        EXPECT_LE(rel_err(per_isa[i], a), 2e-5) << t.name << " path " << isas()[i] << " vs portable";
+        EXPECT_LE(rel_err(per_isa[i], a), 1e-5) << t.name << " path " << isas()[i] << " vs portable";
     }
 }
 
@@ -298,7 +298,7 @@ TEST_P(PerType, OddRowsAndThreads) {
             ASSERT_NE(p, nullptr);
             std::vector<float> y(4 * rows, NAN);
             run(p, 4, x.data(), y.data());
-            EXPECT_LE(rel_err(y, rq), t.act ? kQuantTol : 2e-5) << t.name << " rows " << rows << " threads " << thr;
+            EXPECT_LE(rel_err(y, rq), t.act ? kQuantTol : 1e-5) << t.name << " rows " << rows << " threads " << thr;
             provider().table->release(provider().state, p);
         }
     }
@@ -334,7 +334,7 @@ TEST_P(PerType, Grouped) {
                                   rq.data() + o2);
                     }
                 EXPECT_LE(rel_err(y, rf), float_tol(t)) << t.name << " " << isa << " xs " << xs << " nc " << nc;
-                EXPECT_LE(rel_err(y, rq), t.act ? kQuantTol : 2e-5) << t.name << " " << isa << " xs " << xs;
+                EXPECT_LE(rel_err(y, rq), t.act ? kQuantTol : 1e-5) << t.name << " " << isa << " xs " << xs;
                 provider().table->release(provider().state, p);
             }
         }

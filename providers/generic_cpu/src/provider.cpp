@@ -604,19 +604,19 @@ struct CaseSpec {
 void tolerances(const TypeInfo *ti, double &tol, uint32_t &act, double &qtol) {
     switch (ti->act) {
     case Act::Float:
-        tol = 2e-5;
+        tol = 1e-5;
         act = KPR_ACT_FLOAT;
-        qtol = 2e-5;
+        qtol = 1e-5;
         break;
     case Act::Q8_0:
         tol = 3e-2;
         act = KPR_ACT_Q8_0;
-        qtol = 1e-4;
+        qtol = 1e-5;
         break;
     case Act::Q8_K:
         tol = 4e-2;
         act = KPR_ACT_Q8_K;
-        qtol = 1e-4;
+        qtol = 1e-5;
         break;
     }
 }

@@ -45,6 +45,37 @@ __global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed) {
     }
 }
 
+// Access-pattern probes for the GEMV design: every warp streams whole rows of `row_bytes` (rows spread
+// over the matrix, as a warp-per-row GEMV does) vs CTAs splitting each row among their warps.
+__global__ void read_rows_kernel(const uint8_t *__restrict__ p, uint32_t rows, uint32_t row_bytes, uint32_t *out) {
+    const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    const uint32_t nw = gridDim.x * blockDim.x / 32;
+    uint32_t acc = 0;
+    for (uint32_t r = warp; r < rows; r += nw) {
+        const uint4 *q = reinterpret_cast<const uint4 *>(p + uint64_t(r) * row_bytes);
+        const uint32_t n = row_bytes / 16;
+#pragma unroll 4
+        for (uint32_t i = lane; i < n; i += 32) {
+            const uint4 v = __ldg(q + i);
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+    }
+    if (acc == 0x12345678u) out[0] = acc;
+}
+__global__ void read_rows_split_kernel(const uint8_t *__restrict__ p, uint32_t rows, uint32_t row_bytes, uint32_t *out) {
+    // a block per row at a time, its threads cover the row together; blocks walk rows in order
+    uint32_t acc = 0;
+    for (uint32_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const uint4 *q = reinterpret_cast<const uint4 *>(p + uint64_t(r) * row_bytes);
+        const uint32_t n = row_bytes / 16;
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint4 v = __ldg(q + i);
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+    }
+    if (acc == 0x12345678u) out[0] = acc;
+}
+
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -351,6 +382,38 @@ int main(int argc, char **argv) {
                 "median of 7)\n\n",
                 dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
     if (breakdown_only) {
+        // access-pattern probes over 1 GiB of 15232-byte rows (the Q8_0 4096x14336 row)
+        {
+            const uint32_t rb = 15232, rows = (1u << 30) / rb;
+            uint8_t *buf;
+            uint32_t *o;
+            KPR_CU(cudaMalloc(&buf, uint64_t(rows) * rb));
+            KPR_CU(cudaMalloc(&o, 4));
+            fill_kernel<<<4096, 256, 0, s>>>(reinterpret_cast<uint32_t *>(buf), uint64_t(rows) * rb / 4, 3);
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            auto run = [&](const char *what, auto launch) {
+                std::vector<double> t;
+                for (int rep = 0; rep < 6; ++rep) {
+                    cudaEventRecord(e0, s);
+                    launch();
+                    cudaEventRecord(e1, s);
+                    KPR_CU(cudaEventSynchronize(e1));
+                    float ms;
+                    cudaEventElapsedTime(&ms, e0, e1);
+                    if (rep) t.push_back(ms);
+                }
+                const double gb = uint64_t(rows) * rb / (median(t) * 1e-3) / 1e9;
+                std::printf("probe %-48s %.0f GB/s (%.2f)\n", what, gb, gb / bw);
+            };
+            run("warp per row, 32 warps/SM", [&] { read_rows_kernel<<<132 * 8, 128, 0, s>>>(buf, rows, rb, o); });
+            run("warp per row, 64 warps/SM", [&] { read_rows_kernel<<<132 * 16, 128, 0, s>>>(buf, rows, rb, o); });
+            run("block of 256 per row, rows in order", [&] { read_rows_split_kernel<<<132 * 8, 256, 0, s>>>(buf, rows, rb, o); });
+            run("block of 1024 per row, rows in order", [&] { read_rows_split_kernel<<<132 * 2, 1024, 0, s>>>(buf, rows, rb, o); });
+            cudaFree(buf);
+            cudaFree(o);
+        }
         breakdown<kpr::cuda::TQ8_0>("q8_0", bw, s);
         breakdown<kpr::cuda::TQ4_0>("q4_0", bw, s);
         breakdown<kpr::cuda::TQ4_K>("q4_K", bw, s);

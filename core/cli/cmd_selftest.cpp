@@ -1,14 +1,33 @@
-// kpr selftest and kpr doctor.
+// kpr selftest (contained by default: each provider's cases in a child process) and its hidden runner.
 #include "cli.hpp"
 
 #include <kpr/selftest.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <unistd.h>
 
 namespace kpr::cli {
 
 std::string device_line(const Device &d);
+
+// The runner a contained self-test forks and executes: this very program, with the same global options,
+// at its hidden `selftest-child` subcommand.
+static std::vector<std::string> child_command(const Globals &g, const std::string &device) {
+    std::vector<std::string> c = {"/proc/self/exe"};
+    if (!g.config.empty()) c.insert(c.end(), {"--config", std::filesystem::absolute(g.config).string()});
+    for (auto &p : g.provider_paths) c.insert(c.end(), {"--provider-path", std::filesystem::absolute(p).string()});
+    if (!g.log_level.empty()) c.insert(c.end(), {"--log-level", g.log_level});
+    // A CPU case needs no GPU: the child then never touches the CUDA driver.
+    if (g.no_gpu || device == "cpu") c.push_back("--no-gpu");
+    c.push_back("selftest-child");
+    return c;
+}
+
+static void note_state(const Runtime &rt, const std::vector<SelftestResult> &all, bool complete) {
+    std::string w = record_selftest_results(rt, all, complete);
+    if (!w.empty()) std::cerr << "kpr: warning: " << w << "\n";
+}
 
 static nlohmann::json result_json(const SelftestResult &r) {
     nlohmann::json j = {{"provider", r.provider}, {"device", r.device}, {"case", r.case_name}, {"kind", r.kind},
@@ -49,10 +68,16 @@ Command add_selftest(CLI::App &root, Globals &g) {
     struct Args {
         std::string provider, device, filter;
         uint64_t seed = 0;
-        bool json = false;
+        bool json = false, in_process = false;
+        double case_timeout = 60;
     };
     auto a = std::make_shared<Args>();
     auto *sub = root.add_subcommand("selftest", "run providers' self-tests against the core's reference");
+    sub->add_flag("--in-process", a->in_process,
+                  "run the cases in this process (for a debugger); default: each provider in a child process, "
+                  "so a crash or hang fails that provider only");
+    sub->add_option("--case-timeout", a->case_timeout, "seconds a case may run before it is killed and failed (default 60)")
+        ->check(CLI::Range(0.001, 86400.0));
     sub->add_option("--provider", a->provider, "only this provider");
     sub->add_option("--device", a->device, "only this device (default: every device found)");
     sub->add_option("--seed", a->seed, "reproduce a run (the seed is printed)");
@@ -63,10 +88,13 @@ Command add_selftest(CLI::App &root, Globals &g) {
                 SelftestOptions o;
                 o.provider = a->provider;
                 o.filter = a->filter;
+                o.contained = !a->in_process;
+                o.case_timeout_s = a->case_timeout;
                 std::vector<SelftestResult> all;
                 bool tty = isatty(STDERR_FILENO) && !a->json;
                 for (auto &dev : selftest_devices(rt, a->device)) {
                     o.device = dev;
+                    o.child_command = child_command(g, dev);
                     if (!o.seed) o.seed = a->seed ? a->seed : 0;
                     auto rs = run_selftests(rt, o, [&](const SelftestResult &r) {
                         if (tty) std::cerr << fmt::format("\r  {} {} {} ...{:20}", r.provider, r.case_name, to_string(r.outcome), "") << std::flush;
@@ -90,10 +118,41 @@ Command add_selftest(CLI::App &root, Globals &g) {
                                              failed, skipped, all.empty() ? 0 : all.front().seed, all.empty() ? 0 : all.front().seed);
                 }
                 if (all.empty()) std::cerr << "kpr: no self-test cases matched\n";
+                note_state(rt, all, a->filter.empty());
                 return failed ? 1 : 0;
             }};
 }
 
+// The hidden runner of contained self-tests (see run_selftest_child): one provider on one device.
+Command add_selftest_child(CLI::App &root, Globals &g) {
+    struct Args {
+        std::string provider, device = "cpu", filter;
+        uint64_t seed = 0;
+        uint32_t from = 0;
+        int fd = -1;
+    };
+    auto a = std::make_shared<Args>();
+    auto *sub = root.add_subcommand("selftest-child", "runs one provider's self-test cases for `kpr selftest`");
+    sub->group("");  // hidden from --help
+    sub->add_option("--provider", a->provider)->required();
+    sub->add_option("--device", a->device);
+    sub->add_option("--seed", a->seed)->required();
+    sub->add_option("--filter", a->filter);
+    sub->add_option("--from", a->from);
+    sub->add_option("--result-fd", a->fd)->required()->check(CLI::Range(3, 1023));
+    return {sub, [&g, a] {
+                Runtime rt = make_runtime(g);
+                SelftestOptions o;
+                o.provider = a->provider;
+                o.device = a->device;
+                o.seed = a->seed;
+                o.filter = a->filter;
+                o.first_case = a->from;
+                return run_selftest_child(rt, o, a->fd);
+            }};
+}
+
 static const bool add_selftest_registered = register_command(50, add_selftest);
+static const bool add_selftest_child_registered = register_command(1000, add_selftest_child);
 
 } // namespace kpr::cli

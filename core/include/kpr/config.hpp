@@ -32,6 +32,12 @@ struct ProviderSettings {
     std::optional<Setting<bool>> enabled, force, require;
     std::optional<Setting<int64_t>> priority;
     std::map<std::string, OptionSetting> options;
+    // [providers.<name>] only (not in rules): the library must hash to this SHA-256 (64 lowercase hex
+    // digits) or it is refused before it is loaded.
+    std::optional<Setting<std::string>> sha256;
+    // Decline the provider in negotiation when it failed its self-test on this machine (the record
+    // `kpr selftest` keeps; see selftest.hpp). Overrides [runtime] quarantine_on_failure.
+    std::optional<Setting<bool>> quarantine_on_failure;
     std::string where;  // the table's position, for "unknown provider" errors
 
     // Overlay `other` on top of this (other's set fields win).
@@ -52,8 +58,19 @@ struct Config {
     std::vector<std::filesystem::path> provider_paths; // [runtime] provider_paths, resolved against the file
     std::optional<std::string> log_level;              // [runtime] log_level
     std::optional<std::filesystem::path> calibration_file; // [runtime] calibration_file (resolved against the file)
+    // [runtime] allow_untrusted_providers: load provider files and folders that are writable by group or
+    // others, or owned by a user other than this process's and root (refused by default).
+    std::optional<Setting<bool>> allow_untrusted_providers;
+    // [runtime] quarantine_on_failure: the default for every provider (false when unset).
+    std::optional<Setting<bool>> quarantine_on_failure;
+    // [runtime] state_file: where `kpr selftest` records failures (resolved against the file); default
+    // $XDG_STATE_HOME/kpr/selftest-state.json (see kpr::selftest_state_file).
+    std::optional<std::filesystem::path> state_file;
     std::map<std::string, ProviderSettings> providers; // [providers.<name>]
     std::vector<Rule> rules;                           // [[rules]]
+    // Providers whose library was found but failed or was refused (name -> reason), filled by the
+    // runtime's loader: check_against does not call a section for one of them an unknown provider.
+    std::map<std::string, std::string> unavailable_providers;
 
     // Parse a file; throws kpr::Error "FILE:LINE:COL: KEY: problem" for syntax errors, unknown keys and
     // wrong value types. Names of providers and options are checked later, against what was loaded

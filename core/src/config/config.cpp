@@ -61,17 +61,39 @@ void unknown_key(const std::string &file, const toml::key &k, const toml::node &
                                     : fmt::format("unknown key (did you mean '{}'?)", hint)));
 }
 
-ProviderSettings parse_provider(const std::string &file, const toml::table &t, const std::string &prefix) {
-    static const std::vector<std::string> keys = {"enabled", "force", "require", "priority", "options"};
+bool is_sha256_hex(const std::string &s) {
+    if (s.size() != 64) return false;
+    for (char c : s)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) return false;
+    return true;
+}
+
+ProviderSettings parse_provider(const std::string &file, const toml::table &t, const std::string &prefix,
+                                bool in_rule) {
+    static const std::vector<std::string> rule_keys = {"enabled", "force", "require", "priority", "options",
+                                                       "quarantine_on_failure"};
+    static const std::vector<std::string> file_keys = {"enabled", "force", "require", "priority", "options",
+                                                       "quarantine_on_failure", "sha256"};
+    const std::vector<std::string> &keys = in_rule ? rule_keys : file_keys;
     ProviderSettings s;
     s.where = pos(file, t.source());
-    for (auto &&[k, v] : t) {
+    for (auto &&[k_, v] : t) {
+        const toml::key &k = k_;  // clang 14 cannot capture a structured binding in a lambda
         std::string key = prefix + "." + std::string(k.str());
         auto where = [&](const std::string &value) { return fmt::format("{} ({} = {})", pos(file, k.source()), key, value); };
         if (k == "enabled") { bool b = get_bool(file, v, key); s.enabled = Setting<bool>{b, where(b ? "true" : "false")}; }
         else if (k == "force") { bool b = get_bool(file, v, key); s.force = Setting<bool>{b, where(b ? "true" : "false")}; }
         else if (k == "require") { bool b = get_bool(file, v, key); s.require = Setting<bool>{b, where(b ? "true" : "false")}; }
         else if (k == "priority") { int64_t i = get_int(file, v, key); s.priority = Setting<int64_t>{i, where(std::to_string(i))}; }
+        else if (k == "quarantine_on_failure") { bool b = get_bool(file, v, key); s.quarantine_on_failure = Setting<bool>{b, where(b ? "true" : "false")}; }
+        else if (k == "sha256" && !in_rule) {
+            std::string h = get_string(file, v, key);
+            if (!is_sha256_hex(h))
+                fail(file, v, key, fmt::format("expected 64 hexadecimal digits (the output of sha256sum), found '{}'",
+                                               h.size() > 80 ? h.substr(0, 77) + "..." : h));
+            std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return (char)std::tolower(c); });
+            s.sha256 = Setting<std::string>{h, where("\"" + h + "\"")};
+        }
         else if (k == "options") {
             for (auto &&[ok, ov] : get_table(file, v, key)) {
                 std::string okey = key + "." + std::string(ok.str());
@@ -90,11 +112,11 @@ ProviderSettings parse_provider(const std::string &file, const toml::table &t, c
 }
 
 std::map<std::string, ProviderSettings> parse_providers(const std::string &file, const toml::node &n,
-                                                         const std::string &prefix) {
+                                                         const std::string &prefix, bool in_rule) {
     std::map<std::string, ProviderSettings> out;
     for (auto &&[name, v] : get_table(file, n, prefix)) {
         std::string key = prefix + "." + std::string(name.str());
-        out[std::string(name.str())] = parse_provider(file, get_table(file, v, key), key);
+        out[std::string(name.str())] = parse_provider(file, get_table(file, v, key), key, in_rule);
     }
     return out;
 }
@@ -106,6 +128,8 @@ void ProviderSettings::overlay(const ProviderSettings &o) {
     if (o.force) force = o.force;
     if (o.require) require = o.require;
     if (o.priority) priority = o.priority;
+    if (o.sha256) sha256 = o.sha256;
+    if (o.quarantine_on_failure) quarantine_on_failure = o.quarantine_on_failure;
     for (auto &[k, v] : o.options) options[k] = v;
 }
 
@@ -123,7 +147,9 @@ Config Config::parse(const std::string &text, const std::string &file) {
     for (auto &&[k, v] : root) {
         std::string key(k.str());
         if (key == "runtime") {
-            static const std::vector<std::string> rk = {"provider_paths", "log_level", "calibration_file"};
+            static const std::vector<std::string> rk = {"provider_paths", "log_level", "calibration_file",
+                                                        "allow_untrusted_providers", "quarantine_on_failure",
+                                                        "state_file"};
             for (auto &&[rk_, rv] : get_table(file, v, key)) {
                 std::string rkey = "runtime." + std::string(rk_.str());
                 if (rk_ == "provider_paths") {
@@ -136,6 +162,14 @@ Config Config::parse(const std::string &text, const std::string &file) {
                 } else if (rk_ == "calibration_file") {
                     std::filesystem::path p = get_string(file, rv, rkey);
                     c.calibration_file = p.is_relative() && !base.empty() ? base / p : p;
+                } else if (rk_ == "state_file") {
+                    std::filesystem::path p = get_string(file, rv, rkey);
+                    if (p.empty()) fail(file, rv, rkey, "expected a file name, found an empty string");
+                    c.state_file = p.is_relative() && !base.empty() ? base / p : p;
+                } else if (rk_ == "allow_untrusted_providers" || rk_ == "quarantine_on_failure") {
+                    bool b = get_bool(file, rv, rkey);
+                    Setting<bool> st{b, fmt::format("{} ({} = {})", pos(file, rk_.source()), rkey, b ? "true" : "false")};
+                    (rk_ == "allow_untrusted_providers" ? c.allow_untrusted_providers : c.quarantine_on_failure) = st;
                 } else if (rk_ == "log_level") {
                     std::string lvl = get_string(file, rv, rkey);
                     static const std::vector<std::string> levels = {"trace", "debug", "info", "warn", "error", "off"};
@@ -145,7 +179,7 @@ Config Config::parse(const std::string &text, const std::string &file) {
                 } else unknown_key(file, rk_, rv, rkey, rk);
             }
         } else if (key == "providers") {
-            c.providers = parse_providers(file, v, "providers");
+            c.providers = parse_providers(file, v, "providers", false);
         } else if (key == "rules") {
             auto *arr = v.as_array();
             if (!arr) fail(file, v, key, "expected an array of tables ([[rules]])");
@@ -160,7 +194,7 @@ Config Config::parse(const std::string &text, const std::string &file) {
                     if (mk_ == "device") r.device = get_string(file, mv, mkey);
                     else if (mk_ == "arch") r.arch = get_string(file, mv, mkey);
                     else if (mk_ == "device_name") r.device_name = get_string(file, mv, mkey);
-                    else if (mk_ == "providers") r.providers = parse_providers(file, mv, mkey);
+                    else if (mk_ == "providers") r.providers = parse_providers(file, mv, mkey, true);
                     else unknown_key(file, mk_, mv, mkey, mk);
                 }
                 c.rules.push_back(std::move(r));
@@ -292,6 +326,7 @@ std::vector<std::string> Config::check_against(const std::map<std::string, std::
     for (auto &[n, _] : known) names.push_back(n);
     auto check = [&](const std::string &name, const ProviderSettings &s, const std::string &prefix) {
         auto it = known.find(name);
+        if (it == known.end() && unavailable_providers.count(name)) return;  // found but refused: reported there
         if (it == known.end()) {
             std::string hint = closest_name(name, names);
             errors.push_back(fmt::format("{}: {}.{}: unknown provider '{}'{}", s.where, prefix, name, name,
@@ -299,7 +334,8 @@ std::vector<std::string> Config::check_against(const std::map<std::string, std::
                                                       : fmt::format(" (did you mean '{}'?)", hint)));
             return;
         }
-        for (auto &[oname, oval] : s.options) {
+        for (auto &[oname_, oval] : s.options) {
+            const std::string &oname = oname_;  // clang 14 cannot capture a structured binding in a lambda
             auto d = std::find_if(it->second.begin(), it->second.end(),
                                   [&](const kpr_option_decl &x) { return x.name && oname == x.name; });
             if (d == it->second.end()) {

@@ -1,14 +1,30 @@
 // Finding and loading provider libraries with Boost.DLL. A library that fails is recorded with its file
 // and reason and skipped; nothing is ever unloaded (a provider may have threads or device memory alive).
+//
+// Trusted loading (docs/reliability.md): before a library is mapped, the loader checks that it is an ELF
+// shared object for this machine, that neither the file nor its folder is writable by group or others or
+// owned by a user other than this process's and root (unless [runtime] allow_untrusted_providers), and,
+// when the config pins it (`sha256 = "..."`), that the bytes it is about to map hash to the pin (it then
+// maps exactly the file descriptor it hashed). Under secure execution KPR_PROVIDER_PATH and KPR_CONFIG are
+// removed from the environment when the library starts, as glibc does for LD_LIBRARY_PATH.
 #include "runtime/internal.hpp"
+
+#include <kpr/calibration.hpp>
+#include <kpr/selftest.hpp>
 
 #include <boost/dll/shared_library.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <elf.h>
+#include <fcntl.h>
 #include <regex>
 #include <set>
+#include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace kpr {
@@ -17,7 +33,42 @@ namespace fs = std::filesystem;
 
 struct LogContext {
     std::string name;  // the provider's name once known, else the file name
+    // Device id -> why this provider is quarantined there (a recorded self-test failure). Set at load.
+    std::map<std::string, std::string> quarantined;
 };
+
+// ---- secure execution -----------------------------------------------------------------------------
+
+namespace {
+
+struct SecureExecution {
+    bool secure = false;
+    std::vector<std::string> dropped;  // "KPR_CONFIG=/x"
+};
+
+SecureExecution &secure_execution() {
+    static SecureExecution s;
+    return s;
+}
+
+// Runs when the library is loaded, before main: a setuid/setgid/capability-raised process (AT_SECURE) must
+// not take its provider path or config from whoever started it. KPR_SECURE_EXECUTION=1 asks for the same
+// treatment without privileges (for tests; it can only make kpr stricter).
+__attribute__((constructor)) void kpr_secure_execution_scrub() {
+    SecureExecution &s = secure_execution();
+    s.secure = getauxval(AT_SECURE) != 0;
+    if (const char *e = std::getenv("KPR_SECURE_EXECUTION"); e && std::strcmp(e, "1") == 0) s.secure = true;
+    if (!s.secure) return;
+    for (const char *var : {"KPR_PROVIDER_PATH", "KPR_CONFIG"})
+        if (const char *v = std::getenv(var)) {
+            s.dropped.push_back(fmt::format("{}={}", var, v));
+            unsetenv(var);
+        }
+}
+
+} // namespace
+
+bool secure_execution_active() { return secure_execution().secure; }
 
 namespace {
 
@@ -76,13 +127,108 @@ std::string safe_str(const char *s, size_t max = 256) {
     return std::string(s, strnlen(s, max));
 }
 
+thread_local bool tl_quarantine_bypass = false;
+
+// "" when `st` (of `path`, a "file" or "folder") may be trusted: owned by this process's user or root, and
+// not writable by group or others.
+std::string untrusted(const struct stat &st, const std::string &what, const std::string &path) {
+    uid_t me = geteuid();
+    if (st.st_uid != me && st.st_uid != 0)
+        return fmt::format("the {} {} is owned by uid {}, neither this process's user (uid {}) nor root", what, path,
+                           st.st_uid, me);
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        const char *who = (st.st_mode & S_IWGRP) && (st.st_mode & S_IWOTH) ? "group and others"
+                          : (st.st_mode & S_IWGRP)                        ? "its group"
+                                                                          : "others";
+        return fmt::format("the {} {} is writable by {} (mode {:04o})", what, path, who, st.st_mode & 07777);
+    }
+    return {};
+}
+
+std::string elf_machine_name(uint16_t m) {
+    switch (m) {
+    case EM_386: return "x86 (32-bit)";
+    case EM_X86_64: return "x86-64";
+    case EM_AARCH64: return "aarch64";
+    case EM_ARM: return "arm";
+    case EM_PPC64: return "ppc64";
+    case EM_RISCV: return "riscv";
+    case EM_S390: return "s390";
+    default: return fmt::format("ELF machine {}", m);
+    }
+}
+
+#if defined(__x86_64__)
+constexpr uint16_t kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr uint16_t kHostMachine = EM_AARCH64;
+#elif defined(__powerpc64__)
+constexpr uint16_t kHostMachine = EM_PPC64;
+#else
+constexpr uint16_t kHostMachine = 0;  // not checked
+#endif
+
+// "" when the first bytes of the file are an ELF shared object this process can map.
+std::string elf_problem(int fd) {
+    Elf64_Ehdr h{};
+    ssize_t n = pread(fd, &h, sizeof h, 0);
+    if (n < 0) return fmt::format("cannot read it: {}", std::strerror(errno));
+    if (n == 0) return "not a loadable library: the file is empty";
+    if (size_t(n) < EI_NIDENT || std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0)
+        return "not a loadable library: not an ELF file";
+    if (h.e_ident[EI_CLASS] != ELFCLASS64) return "not a loadable library: a 32-bit ELF file, this machine runs 64-bit code";
+    if (h.e_ident[EI_DATA] != ELFDATA2LSB) return "not a loadable library: a big-endian ELF file";
+    if (size_t(n) < sizeof h) return "not a loadable library: the ELF header is truncated";
+    if (kHostMachine && h.e_machine != kHostMachine)
+        return fmt::format("not a loadable library: an ELF file for {}, this machine is {}", elf_machine_name(h.e_machine),
+                           elf_machine_name(kHostMachine));
+    if (h.e_type != ET_DYN)
+        return fmt::format("not a loadable library: an ELF {}, not a shared object", h.e_type == ET_EXEC ? std::string("executable") : h.e_type == ET_REL ? std::string("relocatable object (.o)") : fmt::format("of type {}", h.e_type));
+    return {};
+}
+
+bool read_all(int fd, std::vector<uint8_t> &out, std::string *err) {
+    struct stat st{};
+    if (fstat(fd, &st) != 0) return *err = std::strerror(errno), false;
+    out.clear();
+    out.reserve(size_t(st.st_size));
+    uint8_t buf[1 << 16];
+    off_t off = 0;
+    for (;;) {
+        ssize_t n = pread(fd, buf, sizeof buf, off);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return *err = std::strerror(errno), false;
+        }
+        if (n == 0) break;
+        out.insert(out.end(), buf, buf + n);
+        off += n;
+    }
+    return true;
+}
+
+std::string device_id_of(const kpr_device_desc &d) {
+    return d.kind == KPR_DEVICE_CUDA ? fmt::format("cuda:{}", d.ordinal) : std::string("cpu");
+}
+
 } // namespace
+
+namespace detail {
+void set_quarantine_bypass(bool on) { tl_quarantine_bypass = on; }
+} // namespace detail
 
 std::vector<fs::path> provider_search_path(const RuntimeOptions &opts, const Config &config, bool use_env) {
     std::vector<fs::path> dirs;
     for (auto &p : opts.provider_paths) dirs.push_back(p);
     for (auto &p : config.provider_paths) dirs.push_back(p);
-    if (use_env) {
+    if (!secure_execution().dropped.empty()) {
+        static std::once_flag once;
+        std::call_once(once, [] {
+            spdlog::warn("secure execution (setuid, setgid or capabilities): ignored {}",
+                         fmt::join(secure_execution().dropped, " and "));
+        });
+    }
+    if (use_env && !secure_execution().secure) {
         if (const char *e = std::getenv("KPR_PROVIDER_PATH")) {
             std::string s = e;
             size_t start = 0;
@@ -142,6 +288,7 @@ void RuntimeImpl::load_providers(const std::vector<fs::path> &dirs) {
             if (!seen_files.insert(ec ? f : c).second) continue;
             load_one(f);
         }
+        (void)seen_files;
     }
 }
 
@@ -155,18 +302,69 @@ void RuntimeImpl::load_one(const fs::path &file) {
     auto fail = [&](const std::string &why) {
         p->info.state = ProviderState::Failed;
         p->info.reason = why;
+        config.unavailable_providers[p->info.name.empty() ? file_name : p->info.name] = why;
         p->table = nullptr;
         if (p->info.name.empty()) p->info.name = file_name;
         spdlog::warn("provider {}: skipped: {}", file.string(), why);
         providers.push_back(p);
     };
 
+    // Before anything of the file is mapped: is it ours to trust, is it a library for this machine, and
+    // does it hash to its pin? All checked on one open descriptor, which is what gets mapped when pinned.
+    bool allow_untrusted = config.allow_untrusted_providers && config.allow_untrusted_providers->value;
+    auto refuse = [&](const std::string &why) { return fail(why); };
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return refuse(fmt::format("cannot open it: {}", std::strerror(errno)));
+    struct FdCloser {
+        int fd;
+        ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    struct stat fst{};
+    if (fstat(fd, &fst) != 0) return refuse(fmt::format("cannot stat it: {}", std::strerror(errno)));
+    if (!S_ISREG(fst.st_mode)) return refuse("not a regular file");
+    if (!allow_untrusted) {
+        std::error_code ec;
+        fs::path real = fs::canonical(file, ec);
+        std::vector<std::pair<std::string, fs::path>> dirs = {{"folder", file.parent_path()}};
+        if (!ec && real.parent_path() != fs::weakly_canonical(file.parent_path(), ec)) dirs.push_back({"folder", real.parent_path()});
+        std::string why = untrusted(fst, "file", ec ? file.string() : real.string());
+        for (auto &[what, d] : dirs) {
+            if (!why.empty()) break;
+            struct stat dst{};
+            if (::stat((d.empty() ? fs::path(".") : d).c_str(), &dst) != 0) {
+                why = fmt::format("cannot stat its folder {}: {}", d.string(), std::strerror(errno));
+                break;
+            }
+            why = untrusted(dst, what, d.string());
+        }
+        if (!why.empty())
+            return refuse(fmt::format("refused, untrusted: {}: whoever can write there can run code in this process "
+                                      "(fix with chmod go-w / chown, or set [runtime] allow_untrusted_providers = true)",
+                                      why));
+    }
+    if (std::string e = elf_problem(fd); !e.empty()) return refuse(e);
+    std::string load_path = file.string();
+    if (auto it = config.providers.find(file_name); it != config.providers.end() && it->second.sha256) {
+        std::vector<uint8_t> bytes;
+        std::string rerr;
+        if (!read_all(fd, bytes, &rerr)) return refuse(fmt::format("cannot read it to check its SHA-256: {}", rerr));
+        std::string got = calibration::sha256_hex(bytes.data(), bytes.size());
+        if (got != it->second.sha256->value)
+            return refuse(fmt::format("refused: its SHA-256 is {}, but the config pins {} ({}); not loaded", got,
+                                      it->second.sha256->value, it->second.sha256->where));
+        // Map exactly what was hashed: a file swapped in after the check is not what gets loaded.
+        std::string via_fd = fmt::format("/proc/self/fd/{}", fd);
+        std::error_code ec;
+        if (fs::exists(via_fd, ec)) load_path = via_fd;
+        spdlog::debug("provider {}: SHA-256 matches the pin", file.string());
+    }
+
     boost::dll::shared_library lib;
     try {
-        lib.load(boost::dll::fs::path(file.string()),
+        lib.load(boost::dll::fs::path(load_path),
                  boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
     } catch (const std::exception &e) {
-        return fail(fmt::format("not a loadable library: {}", e.what()));
+        return refuse(fmt::format("not a loadable library: {}", e.what()));
     }
     {
         std::lock_guard<std::mutex> g(library_keeper_mutex());
@@ -270,6 +468,48 @@ void RuntimeImpl::load_one(const fs::path &file) {
     } catch (...) {
         return fail("threw a C++ exception during initialisation (providers must catch everything at their edge)");
     }
+    // Quarantine: a recorded self-test failure on a device of this machine, for this very library.
+    {
+        const Config &cfg = config;
+        std::vector<std::pair<std::string, std::string>> on;  // device id, reason
+        std::string file_hash;
+        for (const Device &d : devices) {
+            if (d.desc.simulated || d.desc.kind != p->info.device_kind) continue;
+            ProviderSettings ps = cfg.effective(p->info.name, d.id, d.arch(), d.desc.name);
+            bool q = ps.quarantine_on_failure ? ps.quarantine_on_failure->value
+                                              : (cfg.quarantine_on_failure && cfg.quarantine_on_failure->value);
+            if (!q) continue;
+            static std::mutex state_mu;
+            std::lock_guard<std::mutex> g(state_mu);
+            std::string warning;
+            fs::path state = selftest_state_file(cfg);
+            if (state.empty()) continue;
+            for (const SelftestRecord &r : read_selftest_state(state, &warning)) {
+                if (r.provider != p->info.name || r.device != d.id) continue;
+                if (file_hash.empty()) {
+                    try {
+                        file_hash = calibration::sha256_file(file);
+                    } catch (const Error &) {
+                        file_hash = "?";
+                    }
+                }
+                if (r.sha256 != file_hash) {
+                    spdlog::info("provider {}: the self-test failure recorded on {} ({}) was for another build of the library; not quarantined",
+                                 p->info.name, d.id, r.when);
+                    continue;
+                }
+                on.emplace_back(d.id, fmt::format("quarantined: failed its self-test on this machine ({}, {}): {} "
+                                                  "(quarantine_on_failure; run `kpr selftest --provider {}` to clear)",
+                                                  d.id, r.when, r.reason, p->info.name));
+            }
+            if (!warning.empty()) spdlog::warn("{}", warning);
+        }
+        for (auto &[dev, why] : on) {
+            p->log->quarantined[dev] = why;
+            spdlog::warn("provider {}: {}", p->info.name, why);
+        }
+        if (!on.empty()) p->info.reason = on.front().second;
+    }
     spdlog::debug("provider {} {} loaded from {} (ABI {}.{})", p->info.name, p->info.version, file.string(),
                   KPR_VERSION_MAJOR(p->info.abi_version), KPR_VERSION_MINOR(p->info.abi_version));
     providers.push_back(p);
@@ -291,10 +531,35 @@ kpr_offer LoadedProvider::query(const kpr_op_desc &op, const kpr_device_desc &de
     offer.struct_size = sizeof offer;
     kpr_error err{sizeof err, {}};
     kpr_status s;
+    if (log && !tl_quarantine_bypass && !dev.simulated) {
+        if (auto it = log->quarantined.find(device_id_of(dev)); it != log->quarantined.end()) {
+            offer.accepted = 0;
+            offer.decline_code = KPR_ERR_UNSUPPORTED;
+            std::snprintf(offer.reason, sizeof offer.reason, "%s", it->second.c_str());
+            return offer;
+        }
+    }
     KPR_GUARDED("query", s = table->query(state, &op, &dev, &opts.set, &offer, &err));
     if (s != KPR_OK)
         throw Error(fmt::format("provider '{}': query failed ({}): {}", info.name, status_name(s), message_of(err)));
     offer.reason[sizeof offer.reason - 1] = 0;
+    // Nonsense answers are the provider's failure, not a plan.
+    if (offer.accepted > 1)
+        throw Error(fmt::format("provider '{}': query returned a malformed offer (accepted = {}, must be 0 or 1)", info.name,
+                                offer.accepted));
+    if (offer.accepted) {
+        uint64_t limit = dev.kind == KPR_DEVICE_CUDA ? dev.memory_bytes : 0;
+        if (!limit) {
+            long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+            limit = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : (1ull << 50);
+        }
+        for (auto [what, bytes] : {std::pair<const char *, uint64_t>{"prepared", offer.prepared_bytes},
+                                   std::pair<const char *, uint64_t>{"workspace", offer.workspace_bytes}})
+            if (bytes > limit)
+                throw Error(fmt::format("provider '{}': query accepted with an impossible offer: {} {} bytes, more than the "
+                                        "{} bytes {} has",
+                                        info.name, bytes, what, limit, device_id_of(dev)));
+    }
     return offer;
 }
 

@@ -1,0 +1,155 @@
+// What bad input gets: every command, given a missing file, a folder, an empty file, a file of the wrong
+// kind or a value out of range, exits 1 (2 for a usage error) with one line naming the input and the
+// problem, and leaves no output file behind.
+#include "test_support.hpp"
+
+#include <kpr/npy.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+using namespace kpr_test;
+
+namespace {
+
+const std::string kWeights = std::string(KPR_TEST_SOURCE_DIR) + "/tests/data/weights.gguf";
+const std::string kTensor = "w.q8_0.32x256";
+
+std::vector<std::string> lines_of(const std::string &s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string l;
+    while (std::getline(ss, l))
+        if (!l.empty()) out.push_back(l);
+    return out;
+}
+
+struct Inputs {
+    TempDir t;
+    fs::path missing, dir, empty, text, npy, gguf, toml, out_dir;
+    Inputs() {
+        missing = t.path() / "missing.file";
+        dir = t.dir("a_folder");
+        empty = t.write("empty.file", "");
+        text = t.write("text.file", "hello, I am a text file\n");
+        npy = t.path() / "x.npy";
+        std::vector<float> x(256, 0.25f);
+        kpr::npy::write(npy.string(), {1, 256}, x.data());
+        gguf = kWeights;
+        toml = t.write("device.toml", "[device]\nkind = \"cuda\"\n");
+        out_dir = t.dir("out");
+    }
+};
+
+// Runs `args`; checks the exit code, that stderr has exactly one line and it names `subject`, and that
+// nothing was written into `out_dir`.
+void expect_bad(const Inputs &in, const std::vector<std::string> &args, int code, const std::string &subject) {
+    std::vector<std::string> a = {"--no-gpu"};
+    a.insert(a.end(), args.begin(), args.end());
+    CommandResult r = run_kpr(a, {}, 120);
+    std::string cmd;
+    for (auto &x : a) cmd += x + " ";
+    SCOPED_TRACE(cmd);
+    EXPECT_EQ(r.exit_code, code) << r.all();
+    auto err = lines_of(r.err);
+    if (code == 1) {
+        EXPECT_EQ(err.size(), 1u) << r.err;
+        if (!err.empty()) {
+            EXPECT_TRUE(err[0].rfind("kpr: error: ", 0) == 0) << err[0];
+            EXPECT_TRUE(contains(err[0], subject)) << "the message does not name '" << subject << "': " << err[0];
+        }
+    } else {
+        ASSERT_FALSE(err.empty());
+        EXPECT_TRUE(contains(err[0], subject)) << "the message does not name '" << subject << "': " << err[0];
+    }
+    size_t written = 0;
+    for (auto &e : fs::recursive_directory_iterator(in.out_dir)) {
+        ++written;
+        ADD_FAILURE() << "left behind: " << e.path();
+    }
+    EXPECT_EQ(written, 0u);
+}
+
+} // namespace
+
+TEST(BadInputs, GlobalConfig) {
+    Inputs in;
+    for (const fs::path &p : {in.missing, in.dir, in.npy, in.text}) expect_bad(in, {"--config", p.string(), "providers"}, 1, p.string());
+    // An empty config is a valid (empty) config.
+    CommandResult r = run_kpr({"--no-gpu", "--config", in.empty.string(), "providers"});
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+}
+
+TEST(BadInputs, ConfigCheck) {
+    Inputs in;
+    for (const fs::path &p : {in.missing, in.dir, in.npy, in.text}) expect_bad(in, {"config", "check", p.string()}, 1, p.string());
+}
+
+TEST(BadInputs, PlanModel) {
+    Inputs in;
+    for (const fs::path &p : {in.missing, in.dir, in.empty, in.npy, in.text, in.toml})
+        expect_bad(in, {"plan", "--model", p.string()}, 1, p.string());
+}
+
+TEST(BadInputs, PlanSimulateDeviceFile) {
+    Inputs in;
+    fs::path missing = in.t.path() / "nope.toml";
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", missing.string()}, 1,
+               missing.string());
+    fs::path bad = in.t.write("bad.toml", "[device]\nkind = \"cuda\"\ncc = \"banana\"\n");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", bad.string()}, 1, bad.string());
+}
+
+TEST(BadInputs, PlanValuesOutOfRange) {
+    Inputs in;
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--ncols", "9"}, 1, "ncols 9");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--ncols", "0"}, 1, "ncols 0");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "33"}, 1, "cols 33");
+    expect_bad(in, {"plan", "--type", "q9_9", "--rows", "64", "--cols", "64"}, 2, "q9_9");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "0", "--cols", "64"}, 2, "--rows");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "-5", "--cols", "64"}, 2, "--rows");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "99999999999999999999999", "--cols", "64"}, 2, "--rows");
+    expect_bad(in, {"plan", "--type", "f32", "--rows", "18446744073709551615", "--cols", "18446744073709551615"}, 1,
+               "overflows");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--device", "cuda:7"}, 1, "cuda:7");
+    expect_bad(in, {"plan", "--op", "gemv_grouped", "--type", "q8_0", "--rows", "64", "--cols", "64", "--experts", "2",
+                    "--experts-used", "3"},
+               1, "experts used");
+}
+
+TEST(BadInputs, Gemv) {
+    Inputs in;
+    std::string out = (in.out_dir / "y.npy").string();
+    auto gemv = [&](const std::string &model, const std::string &x, const std::string &tensor = kTensor) {
+        return std::vector<std::string>{"gemv", "--model", model, "--tensor", tensor, "--input", x, "--output", out};
+    };
+    for (const fs::path &p : {in.missing, in.dir, in.empty, in.npy, in.text}) expect_bad(in, gemv(p.string(), in.npy.string()), 1, p.string());
+    for (const fs::path &p : {in.missing, in.dir, in.empty, in.gguf, in.text}) expect_bad(in, gemv(kWeights, p.string()), 1, p.string());
+    expect_bad(in, gemv(kWeights, in.npy.string(), "no.such.tensor"), 1, "no.such.tensor");
+    // x of the wrong width, and of too many columns.
+    fs::path narrow = in.t.path() / "narrow.npy", tall = in.t.path() / "tall.npy";
+    std::vector<float> v(9 * 256, 0.5f);
+    kpr::npy::write(narrow.string(), {1, 128}, v.data());
+    kpr::npy::write(tall.string(), {9, 256}, v.data());
+    expect_bad(in, gemv(kWeights, narrow.string()), 1, narrow.string());
+    expect_bad(in, gemv(kWeights, tall.string()), 1, tall.string());
+    // An output that cannot be written: into a missing folder, or onto a folder.
+    std::vector<std::string> a = gemv(kWeights, in.npy.string());
+    a.back() = (in.t.path() / "no" / "such" / "dir" / "y.npy").string();
+    expect_bad(in, a, 1, "y.npy");
+    a.back() = in.dir.string();
+    expect_bad(in, a, 1, in.dir.string());
+    // The good call works and writes exactly the output.
+    CommandResult ok = run_kpr({"--no-gpu", "gemv", "--model", kWeights, "--tensor", kTensor, "--input", in.npy.string(), "--output", out});
+    EXPECT_EQ(ok.exit_code, 0) << ok.all();
+    EXPECT_TRUE(fs::exists(out));
+}
+
+TEST(BadInputs, Selftest) {
+    Inputs in;
+    expect_bad(in, {"selftest", "--device", "cuda:7"}, 1, "cuda:7");
+    expect_bad(in, {"selftest", "--provider", "no_such_provider"}, 1, "no_such_provider");
+    expect_bad(in, {"selftest", "--case-timeout", "-1"}, 2, "--case-timeout");
+}

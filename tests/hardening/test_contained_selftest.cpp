@@ -1,0 +1,162 @@
+// Contained self-tests: a provider whose self-test crashes, aborts or hangs fails with the reason, the
+// other cases and providers still run, and quarantine_on_failure then keeps negotiation away from it.
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+
+using namespace kpr_test;
+
+namespace {
+
+std::string broken_dir(const std::string &variant) { return (fs::path(KPR_BROKEN_PROVIDER_DIR) / variant).string(); }
+
+nlohmann::json results_of(const CommandResult &r) {
+    try {
+        return nlohmann::json::parse(r.out);
+    } catch (const std::exception &e) {
+        ADD_FAILURE() << "not JSON: " << e.what() << "\n" << r.all();
+        return {};
+    }
+}
+
+const nlohmann::json *find_case(const nlohmann::json &j, const std::string &provider, const std::string &name) {
+    for (auto &r : j["results"])
+        if (r["provider"] == provider && r["case"] == name) return &r;
+    return nullptr;
+}
+
+} // namespace
+
+TEST(ContainedSelftest, SegfaultIsThatProvidersFailureAndTheRestRun) {
+    CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--json"});
+    EXPECT_EQ(r.exit_code, 1) << r.all();
+    nlohmann::json j = results_of(r);
+    const nlohmann::json *bad = find_case(j, "broken_segv", "bad here");
+    ASSERT_NE(bad, nullptr) << r.all();
+    EXPECT_EQ((*bad)["result"], "FAIL");
+    EXPECT_EQ((*bad)["message"], "crashed: signal 11 in case bad here (SIGSEGV)");
+    // The case after the crash ran in a fresh child, the one before in the first.
+    for (const char *ok : {"ok before", "ok after"}) {
+        const nlohmann::json *c = find_case(j, "broken_segv", ok);
+        ASSERT_NE(c, nullptr) << ok << "\n" << r.all();
+        EXPECT_EQ((*c)["result"], "pass") << ok;
+    }
+    // generic_cpu's cases ran too, and passed.
+    size_t generic = 0;
+    for (auto &c : j["results"])
+        if (c["provider"] == "generic_cpu") {
+            ++generic;
+            EXPECT_EQ(c["result"], "pass") << c.dump();
+        }
+    EXPECT_GT(generic, 0u);
+    EXPECT_EQ(j["failed"], 1);
+}
+
+TEST(ContainedSelftest, AbortIsReported) {
+    CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("abort"), "selftest", "--provider", "broken_abort"});
+    EXPECT_EQ(r.exit_code, 1) << r.all();
+    EXPECT_TRUE(contains(r.out, "broken_abort bad here FAIL: crashed: signal 6 in case bad here (SIGABRT)")) << r.all();
+    EXPECT_TRUE(contains(r.out, "2 passed, 1 failed")) << r.out;
+}
+
+TEST(ContainedSelftest, HangIsKilledAtTheTimeLimit) {
+    auto t0 = std::chrono::steady_clock::now();
+    CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("hang"), "selftest", "--provider", "broken_hang",
+                               "--case-timeout", "1.5"},
+                              {}, 60);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.exit_code, 1) << r.all();
+    EXPECT_TRUE(contains(r.out, "broken_hang bad here FAIL: hung: no result within 1.5 s in case bad here (killed)")) << r.all();
+    EXPECT_TRUE(contains(r.out, "2 passed, 1 failed")) << r.out;
+    EXPECT_LT(s, 30.0);
+}
+
+TEST(ContainedSelftest, BadCaseTimeoutIsUsage) {
+    CommandResult r = run_kpr({"--no-gpu", "selftest", "--case-timeout", "0"});
+    EXPECT_EQ(r.exit_code, 2) << r.all();
+    EXPECT_TRUE(contains(r.err, "--case-timeout")) << r.err;
+}
+
+TEST(ContainedSelftest, InProcessRunsInProcess) {
+    // A well-behaved provider gives the same verdicts both ways.
+    CommandResult a = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--provider", "generic_cpu",
+                               "--seed", "7", "--json"});
+    CommandResult b = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--provider", "generic_cpu",
+                               "--seed", "7", "--json", "--in-process"});
+    EXPECT_EQ(a.exit_code, 0) << a.all();
+    EXPECT_EQ(b.exit_code, 0) << b.all();
+    nlohmann::json ja = results_of(a), jb = results_of(b);
+    ASSERT_EQ(ja["results"].size(), jb["results"].size());
+    for (size_t i = 0; i < ja["results"].size(); ++i) {
+        EXPECT_EQ(ja["results"][i]["case"], jb["results"][i]["case"]);
+        EXPECT_EQ(ja["results"][i]["error"], jb["results"][i]["error"]) << ja["results"][i]["case"];
+    }
+    // And in process, the crash takes the whole command down: that is what containment is for.
+    CommandResult c = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--provider", "broken_segv",
+                               "--in-process"});
+    EXPECT_NE(c.exit_code, 0);
+    EXPECT_NE(c.exit_code, 1);
+}
+
+TEST(ContainedSelftest, QuarantineDeclinesAProviderThatFailedHere) {
+    TempDir t;
+    fs::path state = t.path() / "state" / "selftest-state.json";
+    fs::path on = t.write("on.toml", "[runtime]\nquarantine_on_failure = true\nstate_file = \"" + state.string() + "\"\n");
+    fs::path off = t.write("off.toml", "[runtime]\nstate_file = \"" + state.string() + "\"\n");
+    fs::path per = t.write("per.toml", "[runtime]\nstate_file = \"" + state.string() +
+                                           "\"\n[providers.broken_segv]\nquarantine_on_failure = true\n");
+    std::vector<std::string> plan = {"plan", "--type", "f32", "--rows", "64", "--cols", "64", "--explain"};
+    auto kpr = [&](const fs::path &cfg, std::vector<std::string> args) {
+        args.insert(args.begin(), {"--no-gpu", "--config", cfg.string(), "--provider-path", broken_dir("segv")});
+        return run_kpr(args);
+    };
+    // Before any self-test: broken_segv (score 1000) wins f32.
+    CommandResult p0 = kpr(on, plan);
+    EXPECT_TRUE(contains(p0.out, "winner: broken_segv")) << p0.all();
+    // The self-test fails and is recorded.
+    CommandResult st = kpr(on, {"selftest", "--provider", "broken_segv"});
+    EXPECT_EQ(st.exit_code, 1) << st.all();
+    ASSERT_TRUE(fs::exists(state)) << st.all();
+    std::ifstream in(state);
+    nlohmann::json s = nlohmann::json::parse(in);
+    ASSERT_EQ(s["records"].size(), 1u) << s.dump();
+    EXPECT_EQ(s["records"][0]["provider"], "broken_segv");
+    EXPECT_EQ(s["records"][0]["device"], "cpu");
+    EXPECT_EQ(s["records"][0]["sha256"].get<std::string>().size(), 64u);
+    // Quarantined: declined with the recorded reason; generic_cpu wins.
+    CommandResult p1 = kpr(on, plan);
+    EXPECT_EQ(p1.exit_code, 0) << p1.all();
+    EXPECT_TRUE(contains(p1.out, "winner: generic_cpu")) << p1.out;
+    EXPECT_TRUE(contains(p1.out, "quarantined: failed its self-test on this machine (cpu, ")) << p1.out;
+    EXPECT_TRUE(contains(p1.out, "crashed: signal 11 in case bad here")) << p1.out;
+    // Per provider works too; without the setting the record is ignored.
+    EXPECT_TRUE(contains(kpr(per, plan).out, "winner: generic_cpu"));
+    EXPECT_TRUE(contains(kpr(off, plan).out, "winner: broken_segv"));
+    // A filtered passing run does not clear the record; a failing provider keeps it.
+    kpr(on, {"selftest", "--provider", "broken_segv", "--filter", "ok"});
+    EXPECT_TRUE(contains(kpr(on, plan).out, "winner: generic_cpu"));
+}
+
+TEST(ContainedSelftest, ARebuiltLibraryIsNotQuarantined) {
+    TempDir t;
+    fs::path state = t.path() / "selftest-state.json";
+    fs::path dir = t.dir("p");
+    fs::copy_file(fs::path(broken_dir("segv")) / "libkpr_broken_segv.so", dir / "libkpr_broken_segv.so");
+    fs::path on = t.write("on.toml", "[runtime]\nquarantine_on_failure = true\nstate_file = \"" + state.string() + "\"\n");
+    std::vector<std::string> base = {"--no-gpu", "--config", on.string(), "--provider-path", dir.string()};
+    auto with = [&](std::vector<std::string> a) {
+        a.insert(a.begin(), base.begin(), base.end());
+        return run_kpr(a);
+    };
+    with({"selftest", "--provider", "broken_segv"});
+    EXPECT_TRUE(contains(with({"plan", "--type", "f32", "--rows", "8", "--cols", "32", "--explain"}).out, "quarantined"));
+    // Another build of the library (here: a byte appended) is a new library: no quarantine.
+    std::ofstream(dir / "libkpr_broken_segv.so", std::ios::app) << '\0';
+    CommandResult p = with({"plan", "--type", "f32", "--rows", "8", "--cols", "32", "--explain"});
+    EXPECT_FALSE(contains(p.out, "quarantined")) << p.out;
+    EXPECT_TRUE(contains(p.out, "winner: broken_segv")) << p.out;
+}

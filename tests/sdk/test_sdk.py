@@ -184,7 +184,7 @@ def main():
             check(os.path.realpath(e["file"]) == os.path.realpath(module), "... from the template's build folder", e["file"])
             check(e["abi"] == "1.0" and e["version"] == "0.1.0", "... with ABI 1.0 and its own version", str(e))
             check([o["name"] for o in e["options"]] == ["accumulator"], "... and its declared option")
-        check("generic_cpu" in loaded, "generic_cpu still loads from the prefix")
+        check("generic_cpu" in loaded, "generic_cpu still loads")
 
         plan, p = plan_json(kpr, cfg_plain, "q8_0")
         ans = answer(plan, TEMPLATE) or {}
@@ -221,7 +221,7 @@ def main():
             results = []
             check(False, "kpr selftest --json output parses", f"{ex}\n{p.stdout}\n{p.stderr}")
         mine = [r for r in results if r.get("provider") == TEMPLATE]
-        check(p.returncode == 0 and len(mine) == 4 and all(r["result"] == "passed" for r in mine),
+        check(p.returncode == 0 and len(mine) == 4 and all(r["result"] in ("pass", "passed") for r in mine),
               f"kpr selftest --provider {TEMPLATE}: its 4 cases ran and passed",
               f"exit {p.returncode}\n{p.stdout}\n{p.stderr}")
         check(all(r.get("provider") == TEMPLATE for r in results), "... and only its cases ran")

@@ -73,6 +73,16 @@ float f16_to_f32(uint16_t h) {
     return f;
 }
 
+// GGML's name of a weight type, for messages.
+const char *type_name(uint32_t t) {
+    static const char *const names[] = {"f32",     "f16",    "q4_0",    "q4_1",  "type 4", "type 5",  "q5_0",
+                                        "q5_1",    "q8_0",   "q8_1",    "q2_K",  "q3_K",   "q4_K",    "q5_K",
+                                        "q6_K",    "q8_K",   "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl",
+                                        "iq3_s",   "iq2_s",  "iq4_xs",  "i8",    "i16",    "i32",     "i64",
+                                        "f64",     "iq1_m",  "bf16"};
+    return t < sizeof names / sizeof names[0] ? names[t] : "an unknown type";
+}
+
 // ---- options ----------------------------------------------------------------------------------------
 
 // Declared once; the core checks configured values against the declaration (type, choices) before a
@@ -133,8 +143,8 @@ kpr_status decide(const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_o
         return KPR_ERR_UNSUPPORTED;
     }
     if (op->weight_type != KPR_TYPE_Q8_0) {
-        std::snprintf(why, n, "only q8_0 weights are implemented (type id %u asked); `kpr requant` converts a model's "
-                              "dense tensors to q8_0", op->weight_type);
+        std::snprintf(why, n, "only q8_0 weights are implemented, not %s; `kpr requant` converts a model's dense "
+                              "tensors to q8_0", type_name(op->weight_type));
         return KPR_ERR_UNSUPPORTED;
     }
     if (op->ncols < 1 || op->ncols > KPR_MAX_NCOLS) {

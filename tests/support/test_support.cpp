@@ -45,18 +45,40 @@ TempDir::~TempDir() {
     fs::remove_all(path_, ec);
 }
 
+// Folders 0755 and files 0644 whatever the umask: the loader refuses provider files and folders that
+// group or others can write.
+static void make_dirs(const fs::path &p) {
+    fs::create_directories(p);
+    for (fs::path d = p; !d.empty() && d != d.parent_path(); d = d.parent_path()) {
+        std::error_code ec;
+        fs::permissions(d, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                               fs::perms::others_read | fs::perms::others_exec, ec);
+        if (d.string().size() <= 1 || d.filename().string().rfind("kpr-test-", 0) == 0) break;
+    }
+}
+
+static void make_file_private(const fs::path &p, bool exec) {
+    std::error_code ec;
+    fs::perms r = fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read;
+    if (exec) r |= fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec;
+    fs::permissions(p, r, ec);
+}
+
 fs::path TempDir::write(const std::string &name, const std::string &text) const {
     fs::path p = path_ / name;
-    fs::create_directories(p.parent_path());
-    std::ofstream f(p, std::ios::binary);
-    f << text;
-    if (!f) throw std::runtime_error("cannot write " + p.string());
+    make_dirs(p.parent_path());
+    {
+        std::ofstream f(p, std::ios::binary);
+        f << text;
+        if (!f) throw std::runtime_error("cannot write " + p.string());
+    }
+    make_file_private(p, false);
     return p;
 }
 
 fs::path TempDir::dir(const std::string &name) const {
     fs::path p = path_ / name;
-    fs::create_directories(p);
+    make_dirs(p);
     return p;
 }
 
@@ -93,20 +115,24 @@ EnvGuard::~EnvGuard() {
 // ---- files and libraries ------------------------------------------------------------------------
 
 fs::path write_garbage_library(const fs::path &dir, const std::string &name, size_t bytes) {
-    fs::create_directories(dir);
+    make_dirs(dir);
     fs::path p = dir / ("libkpr_" + name + ".so");
     std::mt19937_64 rng(0x6b7072u);
     std::string data(bytes, '\0');
     for (auto &c : data) c = static_cast<char>(rng() & 0xff);
-    std::ofstream f(p, std::ios::binary);
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    {
+        std::ofstream f(p, std::ios::binary);
+        f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    }
+    make_file_private(p, true);
     return p;
 }
 
 fs::path copy_mock(const std::string &variant, const std::string &name, const fs::path &dir) {
-    fs::create_directories(dir);
+    make_dirs(dir);
     fs::path src = mock_file(variant, name), dst = dir / src.filename();
     fs::copy_file(src, dst, fs::copy_options::overwrite_existing);
+    make_file_private(dst, true);
     return dst;
 }
 

@@ -48,12 +48,17 @@ TempDir::~TempDir() {
 // Folders 0755 and files 0644 whatever the umask: the loader refuses provider files and folders that
 // group or others can write.
 static void make_dirs(const fs::path &p) {
+    // Only the folders this call creates are touched.
+    std::vector<fs::path> created;
+    for (fs::path d = p; !d.empty() && !fs::exists(d); d = d.parent_path()) {
+        created.push_back(d);
+        if (d == d.parent_path()) break;
+    }
     fs::create_directories(p);
-    for (fs::path d = p; !d.empty() && d != d.parent_path(); d = d.parent_path()) {
+    for (auto &d : created) {
         std::error_code ec;
         fs::permissions(d, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                fs::perms::others_read | fs::perms::others_exec, ec);
-        if (d.string().size() <= 1 || d.filename().string().rfind("kpr-test-", 0) == 0) break;
     }
 }
 

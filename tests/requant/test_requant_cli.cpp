@@ -90,7 +90,7 @@ void expect_plan_reads(const fs::path &model, const json &report) {
 void expect_python_reads(const TempDir &tmp, const std::string &in, const fs::path &out, const json &report, size_t converted) {
     if (!have_python_gguf()) GTEST_SKIP() << "PyPI gguf is not importable by python3 (pip install gguf)";
     const fs::path rep = tmp.write("report.json", report.dump());
-    CommandResult c = run_command({"python3", KPR_REQUANT_CHECK_SCRIPT, in, out.string(), rep.string()});
+    CommandResult c = run_command({"/usr/bin/env", "python3", KPR_REQUANT_CHECK_SCRIPT, in, out.string(), rep.string()});
     ASSERT_EQ(c.exit_code, 0) << show(c);
     json j = json::parse(c.out);
     EXPECT_EQ(j["converted"].get<size_t>(), converted);

@@ -115,3 +115,22 @@ void DeviceBuffer::fill(unsigned char byte) {
 }
 
 } // namespace kpr::cuda
+
+// ---- appended for kpr bench -----------------------------------------------------------------------
+namespace kpr::cuda {
+const ModuleApi &module_api() {
+    static const ModuleApi api = [] {
+        ModuleApi a;
+        if (!driver().loaded) return a;
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (!lib) return a;
+        a.cuModuleLoadDataEx = reinterpret_cast<decltype(a.cuModuleLoadDataEx)>(dlsym(lib, "cuModuleLoadDataEx"));
+        a.cuModuleGetFunction = reinterpret_cast<decltype(a.cuModuleGetFunction)>(dlsym(lib, "cuModuleGetFunction"));
+        a.cuModuleUnload = reinterpret_cast<decltype(a.cuModuleUnload)>(dlsym(lib, "cuModuleUnload"));
+        a.cuLaunchKernel = reinterpret_cast<decltype(a.cuLaunchKernel)>(dlsym(lib, "cuLaunchKernel"));
+        a.loaded = a.cuModuleLoadDataEx && a.cuModuleGetFunction && a.cuModuleUnload && a.cuLaunchKernel;
+        return a;
+    }();
+    return api;
+}
+} // namespace kpr::cuda

@@ -76,3 +76,20 @@ private:
 };
 
 } // namespace kpr::cuda
+
+// ---- appended for kpr bench: loading hand-written PTX through the driver (it JIT-compiles PTX; no
+// toolkit at run time). Opened on first use from the same libcuda.so.1; `loaded` false when absent.
+namespace kpr::cuda {
+using CUmodule = struct CUmod_st *;
+using CUfunction = struct CUfunc_st *;
+
+struct ModuleApi {
+    bool loaded = false;
+    CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **) = nullptr;
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *) = nullptr;
+    CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               CUstream, void **, void **) = nullptr;
+};
+const ModuleApi &module_api();
+} // namespace kpr::cuda

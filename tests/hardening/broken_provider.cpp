@@ -19,6 +19,8 @@
 //                          dereferences a null pointer
 //   BROKEN_SELFTEST_HANG   the same, the second sleeps forever
 //   BROKEN_SELFTEST_ABORT  the same, the second calls abort()
+//   BROKEN_SELFTEST_OK     the same three cases, all passing
+//   BROKEN_SCORE=n         the score of an accepted offer (default 1000)
 // Without a misbehaviour it is a correct F32-only provider (query, prepare, run, release).
 #include <kpr/ggml_blocks.h>
 #include <kpr/provider.h>
@@ -32,6 +34,9 @@
 
 #ifndef BROKEN_NAME
 #error "BROKEN_NAME must be defined"
+#endif
+#ifndef BROKEN_SCORE
+#define BROKEN_SCORE 1000
 #endif
 
 namespace {
@@ -93,7 +98,7 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *, const
         return KPR_OK;
     }
     offer->accepted = 1;
-    offer->score = 1000;  // would win over generic_cpu: a broken answer must not become a plan
+    offer->score = BROKEN_SCORE;  // beats generic_cpu: a broken answer must not become a plan
 #ifdef BROKEN_ACCEPTED_7
     offer->accepted = 7;
 #endif
@@ -129,9 +134,9 @@ kpr_status p_run(void *, kpr_prepared *pp, const kpr_run_args *a, kpr_error *) {
 
 void p_release(void *, kpr_prepared *pp) { delete reinterpret_cast<Prepared *>(pp); }
 
-#if defined(BROKEN_SELFTEST_SEGV) || defined(BROKEN_SELFTEST_HANG) || defined(BROKEN_SELFTEST_ABORT)
+#if defined(BROKEN_SELFTEST_SEGV) || defined(BROKEN_SELFTEST_HANG) || defined(BROKEN_SELFTEST_ABORT) || defined(BROKEN_SELFTEST_OK)
 #define BROKEN_SELFTESTS 1
-const char *const kCases[] = {"ok before", "bad here", "ok after"};
+const char *const kCases[] = {"hardening ok before", "hardening bad here", "hardening ok after"};
 uint32_t p_selftest_count(void *, const kpr_device_desc *) { return 3; }
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t i, kpr_selftest_case *c, kpr_error *err) {
     if (i >= 3) {
@@ -145,7 +150,9 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t i, kpr_selft
 kpr_status p_selftest_run(void *, const kpr_device_desc *, uint32_t i, double *measured, kpr_error *) {
     *measured = 0;
     if (i == 1) {
-#if defined(BROKEN_SELFTEST_SEGV)
+#if defined(BROKEN_SELFTEST_OK)
+        return KPR_OK;
+#elif defined(BROKEN_SELFTEST_SEGV)
         volatile int *volatile nowhere = nullptr;
         *nowhere = 42;
 #elif defined(BROKEN_SELFTEST_HANG)

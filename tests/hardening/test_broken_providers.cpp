@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <elf.h>
 #include <fstream>
 #include <random>
@@ -18,19 +19,26 @@ namespace {
 fs::path broken_dir(const std::string &variant) { return fs::path(KPR_BROKEN_PROVIDER_DIR) / variant; }
 
 // The runtime over `dirs`, then a plan and a run through generic_cpu to show it still works.
-kpr::Runtime runtime_over(const std::vector<fs::path> &dirs, const std::optional<fs::path> &config = {}) {
+kpr::Runtime runtime_over(std::vector<fs::path> dirs, const std::optional<fs::path> &config = {}) {
+    dirs.push_back(broken_dir("control"));  // a correct provider: the runtime must keep serving through it
     kpr::RuntimeOptions o = isolated_options(dirs);
     if (config) o.config_file = *config;
     return kpr::Runtime::create(o);
 }
 
 void still_serves(const kpr::Runtime &rt) {
-    auto plan = rt.plan(kpr::gemv(KPR_TYPE_F32, 4, 32, 1), "cpu", "generic_cpu");
-    ASSERT_TRUE(plan->ok()) << plan->explain();
-    std::vector<float> w(4 * 32, 0.5f), x(32, 2.0f), y(4, 0.0f);
-    kpr::PreparedOp op = plan->prepare(w.data(), w.size() * 4);
-    op.run(x.data(), y.data(), 1);
-    for (float v : y) EXPECT_FLOAT_EQ(v, 32.0f);
+    for (const char *p : {"broken_control", "generic_cpu"}) {
+        if (!rt.loaded(p)) {
+            EXPECT_STRNE(p, "broken_control") << "the control provider did not load";
+            continue;
+        }
+        auto plan = rt.plan(kpr::gemv(KPR_TYPE_F32, 4, 32, 1), "cpu", p);
+        ASSERT_TRUE(plan->ok()) << plan->explain();
+        std::vector<float> w(4 * 32, 0.5f), x(32, 2.0f), y(4, 0.0f);
+        kpr::PreparedOp op = plan->prepare(w.data(), w.size() * 4);
+        op.run(x.data(), y.data(), 1);
+        for (float v : y) EXPECT_FLOAT_EQ(v, 32.0f) << p;
+    }
 }
 
 void expect_failed(const kpr::Runtime &rt, const std::string &name, const std::string &reason_part) {
@@ -156,9 +164,8 @@ TEST(BrokenProviders, AllAtOnceInOneRuntime) {
     // Negotiation over all of them: the broken answers never win.
     auto plan = rt.plan(kpr::gemv(KPR_TYPE_F32, 4, 32, 1), "cpu");
     EXPECT_TRUE(plan->ok());
-    EXPECT_TRUE(plan->provider() == "generic_cpu" || plan->provider() == "broken_segv" || plan->provider() == "broken_hang" ||
-                plan->provider() == "broken_throwprepare" || plan->provider() == "broken_throwrun")
-        << plan->explain();
+    EXPECT_NE(plan->provider(), "broken_impossible") << plan->explain();
+    EXPECT_NE(plan->provider(), "broken_accepted7") << plan->explain();
 }
 
 TEST(BrokenProviders, ExceptionsOutOfPrepareAndRunAreErrors) {
@@ -203,7 +210,7 @@ TEST(BrokenProviders, NonsenseOffersFailTheAnswer) {
         kpr::Runtime rt = runtime_over({broken_dir(c.variant)});
         auto plan = rt.plan(kpr::gemv(KPR_TYPE_F32, 4, 32, 1), "cpu");
         ASSERT_TRUE(plan->ok());
-        EXPECT_EQ(plan->provider(), "generic_cpu") << plan->explain();
+        EXPECT_NE(plan->provider(), c.name) << plan->explain();
         const kpr::Answer *a = find_answer(*plan, c.name);
         ASSERT_NE(a, nullptr);
         EXPECT_EQ(a->state, kpr::AnswerState::Failed);
@@ -218,7 +225,7 @@ TEST(BrokenProviders, UnterminatedDeclineReasonIsCut) {
     ASSERT_NE(a, nullptr);
     EXPECT_EQ(a->state, kpr::AnswerState::Declined);
     EXPECT_EQ(a->reason.size(), size_t(KPR_REASON_CAPACITY - 1));
-    EXPECT_EQ(plan->provider(), "generic_cpu");
+    EXPECT_NE(plan->provider(), "broken_noreason");
 }
 
 TEST(BrokenProviders, ConfigNamingAFailedProviderIsNoError) {

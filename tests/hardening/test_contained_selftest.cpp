@@ -32,34 +32,31 @@ const nlohmann::json *find_case(const nlohmann::json &j, const std::string &prov
 } // namespace
 
 TEST(ContainedSelftest, SegfaultIsThatProvidersFailureAndTheRestRun) {
-    CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--json"});
+    // Every provider (generic_cpu too, when built), cases named "hardening ...": the broken ones' and a good one's.
+    CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "--provider-path", broken_dir("selftestok"),
+                               "selftest", "--json", "--filter", "hardening"});
     EXPECT_EQ(r.exit_code, 1) << r.all();
     nlohmann::json j = results_of(r);
-    const nlohmann::json *bad = find_case(j, "broken_segv", "bad here");
+    const nlohmann::json *bad = find_case(j, "broken_segv", "hardening bad here");
     ASSERT_NE(bad, nullptr) << r.all();
     EXPECT_EQ((*bad)["result"], "FAIL");
-    EXPECT_EQ((*bad)["message"], "crashed: signal 11 in case bad here (SIGSEGV)");
-    // The case after the crash ran in a fresh child, the one before in the first.
-    for (const char *ok : {"ok before", "ok after"}) {
-        const nlohmann::json *c = find_case(j, "broken_segv", ok);
-        ASSERT_NE(c, nullptr) << ok << "\n" << r.all();
-        EXPECT_EQ((*c)["result"], "pass") << ok;
-    }
-    // generic_cpu's cases ran too, and passed.
-    size_t generic = 0;
-    for (auto &c : j["results"])
-        if (c["provider"] == "generic_cpu") {
-            ++generic;
-            EXPECT_EQ(c["result"], "pass") << c.dump();
+    EXPECT_EQ((*bad)["message"], "crashed: signal 11 in case hardening bad here (SIGSEGV)");
+    // The case after the crash ran in a fresh child, the one before in the first; the other provider ran.
+    for (const char *p : {"broken_segv", "broken_selftestok"})
+        for (const char *ok : {"hardening ok before", "hardening ok after"}) {
+            const nlohmann::json *c = find_case(j, p, ok);
+            ASSERT_NE(c, nullptr) << p << " " << ok << "\n" << r.all();
+            EXPECT_EQ((*c)["result"], "pass") << p << " " << ok;
         }
-    EXPECT_GT(generic, 0u);
+    EXPECT_EQ((*find_case(j, "broken_selftestok", "hardening bad here"))["result"], "pass");
     EXPECT_EQ(j["failed"], 1);
+    EXPECT_EQ(j["passed"], 5);
 }
 
 TEST(ContainedSelftest, AbortIsReported) {
     CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("abort"), "selftest", "--provider", "broken_abort"});
     EXPECT_EQ(r.exit_code, 1) << r.all();
-    EXPECT_TRUE(contains(r.out, "broken_abort bad here FAIL: crashed: signal 6 in case bad here (SIGABRT)")) << r.all();
+    EXPECT_TRUE(contains(r.out, "broken_abort hardening bad here FAIL: crashed: signal 6 in case hardening bad here (SIGABRT)")) << r.all();
     EXPECT_TRUE(contains(r.out, "2 passed, 1 failed")) << r.out;
 }
 
@@ -70,7 +67,7 @@ TEST(ContainedSelftest, HangIsKilledAtTheTimeLimit) {
                               {}, 60);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(r.exit_code, 1) << r.all();
-    EXPECT_TRUE(contains(r.out, "broken_hang bad here FAIL: hung: no result within 1.5 s in case bad here (killed)")) << r.all();
+    EXPECT_TRUE(contains(r.out, "broken_hang hardening bad here FAIL: hung: no result within 1.5 s in case hardening bad here (killed)")) << r.all();
     EXPECT_TRUE(contains(r.out, "2 passed, 1 failed")) << r.out;
     EXPECT_LT(s, 30.0);
 }
@@ -83,10 +80,10 @@ TEST(ContainedSelftest, BadCaseTimeoutIsUsage) {
 
 TEST(ContainedSelftest, InProcessRunsInProcess) {
     // A well-behaved provider gives the same verdicts both ways.
-    CommandResult a = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--provider", "generic_cpu",
-                               "--seed", "7", "--json"});
-    CommandResult b = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--provider", "generic_cpu",
-                               "--seed", "7", "--json", "--in-process"});
+    CommandResult a = run_kpr({"--no-gpu", "--provider-path", broken_dir("selftestok"), "selftest", "--provider",
+                               "broken_selftestok", "--seed", "7", "--json"});
+    CommandResult b = run_kpr({"--no-gpu", "--provider-path", broken_dir("selftestok"), "selftest", "--provider",
+                               "broken_selftestok", "--seed", "7", "--json", "--in-process"});
     EXPECT_EQ(a.exit_code, 0) << a.all();
     EXPECT_EQ(b.exit_code, 0) << b.all();
     nlohmann::json ja = results_of(a), jb = results_of(b);
@@ -111,7 +108,8 @@ TEST(ContainedSelftest, QuarantineDeclinesAProviderThatFailedHere) {
                                            "\"\n[providers.broken_segv]\nquarantine_on_failure = true\n");
     std::vector<std::string> plan = {"plan", "--type", "f32", "--rows", "64", "--cols", "64", "--explain"};
     auto kpr = [&](const fs::path &cfg, std::vector<std::string> args) {
-        args.insert(args.begin(), {"--no-gpu", "--config", cfg.string(), "--provider-path", broken_dir("segv")});
+        args.insert(args.begin(), {"--no-gpu", "--config", cfg.string(), "--provider-path", broken_dir("segv"),
+                                   "--provider-path", broken_dir("good")});
         return run_kpr(args);
     };
     // Before any self-test: broken_segv (score 1000) wins f32.
@@ -130,15 +128,15 @@ TEST(ContainedSelftest, QuarantineDeclinesAProviderThatFailedHere) {
     // Quarantined: declined with the recorded reason; generic_cpu wins.
     CommandResult p1 = kpr(on, plan);
     EXPECT_EQ(p1.exit_code, 0) << p1.all();
-    EXPECT_TRUE(contains(p1.out, "winner: generic_cpu")) << p1.out;
+    EXPECT_TRUE(contains(p1.out, "winner: broken_good")) << p1.out;
     EXPECT_TRUE(contains(p1.out, "quarantined: failed its self-test on this machine (cpu, ")) << p1.out;
-    EXPECT_TRUE(contains(p1.out, "crashed: signal 11 in case bad here")) << p1.out;
+    EXPECT_TRUE(contains(p1.out, "crashed: signal 11 in case hardening bad here")) << p1.out;
     // Per provider works too; without the setting the record is ignored.
-    EXPECT_TRUE(contains(kpr(per, plan).out, "winner: generic_cpu"));
+    EXPECT_TRUE(contains(kpr(per, plan).out, "winner: broken_good"));
     EXPECT_TRUE(contains(kpr(off, plan).out, "winner: broken_segv"));
     // A filtered passing run does not clear the record; a failing provider keeps it.
     kpr(on, {"selftest", "--provider", "broken_segv", "--filter", "ok"});
-    EXPECT_TRUE(contains(kpr(on, plan).out, "winner: generic_cpu"));
+    EXPECT_TRUE(contains(kpr(on, plan).out, "winner: broken_good"));
 }
 
 TEST(ContainedSelftest, ARebuiltLibraryIsNotQuarantined) {

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <dlfcn.h>
+#include <stdexcept>
 #include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -528,9 +528,25 @@ std::optional<uint32_t> run_child_once(const LoadedProvider &p, const Device &de
         }
     }
     close(rfd);
-    if (timed_out) kill(-pid, SIGKILL), kill(pid, SIGKILL);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    if (!timed_out) {
+        // The pipe closed: the child is exiting. One that closed it and kept running gets the rest of its time.
+        for (;;) {
+            pid_t w = waitpid(pid, &status, WNOHANG);
+            if (w == pid) break;
+            if (w < 0 && errno != EINTR) break;
+            if (now() >= deadline) {
+                timed_out = true;
+                break;
+            }
+            usleep(10000);
+        }
+    }
+    if (timed_out) {
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
     }
     std::string where = current >= 0 ? fmt::format("in case {}", current_name)
                         : count < 0  ? std::string("while starting up and enumerating the cases")

@@ -100,7 +100,8 @@ function(kpr_cuda_target target)
     "KPR_CUDA_PTX_LIST=${_ptx}")
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xptxas=-warn-spills --expt-relaxed-constexpr -lineinfo>)
-  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/providers/common)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/providers/common
+                             ${PROJECT_SOURCE_DIR}/providers/common/cuda)
   # static cudart needs these at link time only (they are part of libc on glibc >= 2.34)
   target_link_libraries(${target} PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS} Threads::Threads)
 endfunction()

@@ -31,6 +31,20 @@ bool has_arch(const Provider &p, uint32_t cc) {
     return false;
 }
 
+// KPR_GPU_TEST_FILTER: comma-separated substrings; a case runs when its name contains one of them.
+bool matches_filter(const char *name, const char *filter) {
+    std::string f(filter);
+    size_t start = 0;
+    while (start <= f.size()) {
+        size_t end = f.find(',', start);
+        if (end == std::string::npos) end = f.size();
+        const std::string part = f.substr(start, end - start);
+        if (!part.empty() && std::strstr(name, part.c_str())) return true;
+        start = end + 1;
+    }
+    return false;
+}
+
 void run_selftests(const std::string &name) {
     if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
     auto p = get(name);
@@ -47,7 +61,7 @@ void run_selftests(const std::string &name) {
         c.struct_size = sizeof(c);
         kpr_error err{sizeof(err), {0}};
         ASSERT_EQ(p->t->selftest_get(p->state, &dev, i, &c, &err), KPR_OK) << err.message;
-        if (only && !std::strstr(c.name, only)) continue;
+        if (only && !matches_filter(c.name, only)) continue;
         if (c.kind == KPR_SELFTEST_INTERNAL) continue;
         Provider *par = nullptr;
         if (c.kind == KPR_SELFTEST_PARITY && c.parity_provider) {

@@ -43,6 +43,10 @@ struct ChunkGeom {
     static constexpr uint32_t SMEM_ROW = NV * 16 + 16;  // + slack for 2-byte-aligned word reads
     static constexpr uint32_t ITEMS = T::CB * T::PARTS / 32;
     static constexpr uint32_t EPI = T::QK / T::PARTS;
+    // cp.async stages (compute capability 8.0+): 3 while a warp's chunk is small, else 2 (static shared
+    // memory stays under 48 KiB per block and 4096 rows stay resident in one wave on 132 SMs)
+    template <int R>
+    static constexpr uint32_t stages() { return SMEM_ROW * R <= 2200 ? 3 : 2; }
     static_assert(T::CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
 };
 
@@ -65,7 +69,14 @@ template <class T, int NC, int R, class Tab>
 __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     gemv_rows_kernel(const GemvArgs a) {
     using G = ChunkGeom<T>;
-    __shared__ alignas(16) uint8_t smem[kGemvWarps][R][G::SMEM_ROW];
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    constexpr bool kAsync = true; // cp.async ring of stages
+    constexpr uint32_t S = G::template stages<R>();
+#else
+    constexpr bool kAsync = false; // registers hold the next chunk
+    constexpr uint32_t S = 1;
+#endif
+    __shared__ alignas(16) uint8_t smem[kGemvWarps][S][R][G::SMEM_ROW];
     const Tab tab = Tab::prologue(); // may stage tables in shared memory (with a block barrier)
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -97,26 +108,6 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     }
 
     const uint32_t nchunks = (a.nb + T::CB - 1) / T::CB;
-    uint4 buf[R][G::VPL];
-    auto fetch = [&](uint32_t c) {
-        const uint64_t off = static_cast<uint64_t>(c) * G::BYTES;
-        const uint32_t bytes = min(G::BYTES, (a.nb - c * T::CB) * T::BS);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-            for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
-                const uint32_t v = lane + 32u * i;
-                if (v < G::NV && 16u * v < bytes) {
-                    const uint8_t *src = rp[r] + off + 16u * v;
-                    buf[r][i] = a.aligned ? ldg_stream16(src) : ld16_a2(src, bytes - 16u * v);
-                }
-            }
-        }
-    };
-
-    fetch(0);
-    pdl_wait();              // activations are written by the kernel before this one
-    pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
 
     float acc[R][NC];
 #pragma unroll
@@ -124,16 +115,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
 #pragma unroll
         for (int j = 0; j < NC; ++j) acc[r][j] = 0.0f;
 
-    for (uint32_t c = 0; c < nchunks; ++c) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
-                const uint32_t v = lane + 32u * i;
-                if (v < G::NV) *reinterpret_cast<uint4 *>(&smem[warp][r][16u * v]) = buf[r][i];
-            }
-        __syncwarp();
-        if (c + 1 < nchunks) fetch(c + 1);
+    // decode chunk c from stage st: the lane's items in a fixed order (the same in both paths)
+    auto compute = [&](uint32_t c, uint32_t st) {
         const uint32_t nblk = min(T::CB, a.nb - c * T::CB);
 #pragma unroll
         for (int t = 0; t < static_cast<int>(G::ITEMS); ++t) {
@@ -142,12 +125,75 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
             if (b < nblk) {
                 const uint8_t *wp[R];
 #pragma unroll
-                for (int r = 0; r < R; ++r) wp[r] = &smem[warp][r][b * T::BS];
+                for (int r = 0; r < R; ++r) wp[r] = &smem[warp][st][r][b * T::BS];
                 const uint32_t k0 = (c * T::CB + b) * T::QK + part * G::EPI;
                 T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
             }
         }
-        __syncwarp();
+    };
+
+    if (kAsync && a.aligned) {
+        // cp.async: S - 1 chunks in flight while one is decoded, no registers spent on staging
+        auto issue = [&](uint32_t c) {
+            const uint32_t st = c % S;
+            const uint64_t off = static_cast<uint64_t>(c) * G::BYTES;
+            const uint32_t bytes = min(G::BYTES, (a.nb - c * T::CB) * T::BS);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
+                    const uint32_t v = lane + 32u * i;
+                    if (v < G::NV && 16u * v < bytes) cp_async16(&smem[warp][st][r][16u * v], rp[r] + off + 16u * v);
+                }
+        };
+#pragma unroll
+        for (uint32_t c = 0; c + 1 < S; ++c) {
+            if (c < nchunks) issue(c);
+            cp_async_commit();
+        }
+        pdl_wait();              // activations are written by the kernel before this one
+        pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
+        for (uint32_t c = 0; c < nchunks; ++c) {
+            if (c + S - 1 < nchunks) issue(c + S - 1);
+            cp_async_commit();
+            cp_async_wait<S - 1>(); // chunk c has landed
+            __syncwarp();
+            compute(c, c % S);
+            __syncwarp(); // stage c % S is refilled next iteration
+        }
+    } else {
+        uint4 buf[R][G::VPL];
+        auto fetch = [&](uint32_t c) {
+            const uint64_t off = static_cast<uint64_t>(c) * G::BYTES;
+            const uint32_t bytes = min(G::BYTES, (a.nb - c * T::CB) * T::BS);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+#pragma unroll
+                for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
+                    const uint32_t v = lane + 32u * i;
+                    if (v < G::NV && 16u * v < bytes) {
+                        const uint8_t *src = rp[r] + off + 16u * v;
+                        buf[r][i] = a.aligned ? ldg_stream16(src) : ld16_a2(src, bytes - 16u * v);
+                    }
+                }
+            }
+        };
+        fetch(0);
+        pdl_wait();
+        pdl_launch_dependents();
+        for (uint32_t c = 0; c < nchunks; ++c) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
+                    const uint32_t v = lane + 32u * i;
+                    if (v < G::NV) *reinterpret_cast<uint4 *>(&smem[warp][0][r][16u * v]) = buf[r][i];
+                }
+            __syncwarp();
+            if (c + 1 < nchunks) fetch(c + 1);
+            compute(c, 0);
+            __syncwarp();
+        }
     }
 
 #pragma unroll

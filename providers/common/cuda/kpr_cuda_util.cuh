@@ -151,6 +151,27 @@ __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
 #endif
 }
 
+// cp.async (compute capability 8.0+): 16 bytes global -> shared, cached in L2 only.
+__device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src) {
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(smem_dst) = __ldg(reinterpret_cast<const uint4 *>(gmem_src));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 // Programmatic dependent launch (compute capability 9.0): a kernel launched with the attribute may
 // start while the previous one (the activation quantizer) still runs; it must wait before reading
 // what that one writes. No-ops elsewhere.

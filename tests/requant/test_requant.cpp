@@ -345,6 +345,15 @@ TEST(Requant, SplitModelConvertsShardsAndHardLinksTheRest) {
     }
     EXPECT_EQ(listing(tmp.path()).size(), 6u);  // no temporaries left
 
+    // Again with --force: the hard link left in place is replaced by name; the input shard is untouched.
+    const std::string shard2 = slurp(in[1]);
+    requant::Options force;
+    force.force = true;
+    rep = requant::run(in[0].string(), (tmp.path() / "q.gguf").string(), force);
+    EXPECT_EQ(rep.shards[1].action, requant::ShardReport::Action::HardLinked);
+    EXPECT_EQ(slurp(in[1]), shard2);
+    EXPECT_EQ(listing(tmp.path()).size(), 6u);
+
     // --copy: a copy, not a link; the output named as the first shard.
     requant::Options o;
     o.copy = true;

@@ -9,6 +9,8 @@
 #include "test_support.hpp"
 
 #include <fstream>
+#include <map>
+#include <set>
 
 namespace {
 
@@ -133,6 +135,36 @@ TEST(RequantCli, SynthModelDefaultPatternTableAndRefusals) {
     EXPECT_EQ(self.r.exit_code, 2) << show(self.r);
     expect_plan_reads(out, rr.report);
     expect_python_reads(tmp, in.string(), out, rr.report, 8);
+}
+
+// A `kpr synth` model (llama names, a mixture-of-experts layer): the dense projections become q8_0, the
+// experts stay as they were.
+TEST(RequantCli, KprSynthModel) {
+    TempDir tmp;
+    const fs::path in = tmp.path() / "tiny.gguf", out = tmp.path() / "tiny-q8.gguf";
+    CommandResult s = run_kpr({"synth", "--shape", "tiny", "--types", "q4_K,q6_K,q5_K", "-o", in.string()});
+    ASSERT_EQ(s.exit_code, 0) << show(s);
+    RequantRun rr = requant({in.string(), out.string()});
+    ASSERT_EQ(rr.r.exit_code, 0) << show(rr.r);
+    size_t converted = 0;
+    std::set<std::string> seen;
+    for (auto &t : rr.report["tensors"]) {
+        const std::string name = t["name"];
+        seen.insert(name);
+        EXPECT_EQ(name.find("_exps"), std::string::npos) << name;
+        if (t["converted"].get<bool>()) {
+            ++converted;
+            EXPECT_EQ(t["to"], "q8_0") << name;
+            EXPECT_LT(t["rel_error"].get<double>(), 0.0045) << name;
+        }
+    }
+    EXPECT_TRUE(seen.count("blk.0.attn_q.weight") && seen.count("blk.0.ffn_down.weight")) << rr.r.out;
+    EXPECT_GE(converted, 8u) << rr.r.out;
+    kpr::gguf::File f = kpr::gguf::File::open(out.string());
+    for (auto &t : f.tensors())
+        if (t.name.find("_exps") != std::string::npos) EXPECT_NE(t.type, (uint32_t)KPR_TYPE_Q8_0) << t.name;
+    expect_plan_reads(out, rr.report);
+    expect_python_reads(tmp, in.string(), out, rr.report, converted);
 }
 
 } // namespace

@@ -235,10 +235,14 @@ Report run(const std::string &input, const std::string &output, const Options &o
         }
         for (unsigned k = 1; k <= inputs.size(); ++k) outputs.push_back(shard_name(prefix, k, (unsigned)inputs.size()));
     }
+    // The input is never opened for writing: outputs are new files renamed into place. An output path that
+    // names an input (the same path, another spelling of it, a symlink to it) is refused all the same. A
+    // hard link of an input left by an earlier run is only a name: --force replaces the name, not the data.
     for (size_t i = 0; i < inputs.size(); ++i) {
         const std::string &out = outputs[i];
+        const fs::path out_real = fs::weakly_canonical(out, ec);
         for (auto &in : inputs)
-            if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
+            if (out_real == fs::weakly_canonical(in, ec))
                 throw Error(fmt::format("{}: is the input {}; kpr requant never overwrites its input", out, in), 2);
         if (fs::exists(out, ec) && !options.force)
             throw Error(fmt::format("{}: exists (pass --force to replace it)", out), 2);
@@ -333,9 +337,13 @@ Report run(const std::string &input, const std::string &output, const Options &o
         rep.shards.push_back(sr);
     }
     // Every shard is complete: rename them into place (replacing old outputs only with --force, checked above).
-    for (ShardWork &w : work)
+    for (ShardWork &w : work) {
         if (std::rename(w.part.c_str(), w.output.c_str()) != 0)
             throw Error(fmt::format("{}: cannot rename {} into place: {}", w.output, w.part, std::strerror(errno)));
+        // rename() does nothing when both names are links to one file (a hard-linked shard of an earlier
+        // run, replaced by the same link): the output is already right, drop the temporary name.
+        fs::remove(w.part, ec);
+    }
     registry.committed();
     return rep;
 }

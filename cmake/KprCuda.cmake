@@ -9,7 +9,7 @@
 #
 # kpr_add_cuda_provider(NAME <name> SOURCES <files...>) wraps kpr_add_provider() for CUDA providers:
 # CUDA runtime linked statically, hidden visibility, the compiled arch lists passed to the sources as
-# KPR_CUDA_SASS_LIST / KPR_CUDA_PTX_LIST (comma-separated integers, for an initializer list).
+# KPR_CUDA_SASS_MASK (bitmask over kpr_cuda_host.hpp's table) / KPR_CUDA_PTX_LIST (one arch or empty).
 #
 # No --use_fast_math: the kernels promise bitwise parity between providers (iq_stage_tables vs
 # generic_cuda) and bit-reproducible activation quantization (x / d must be an IEEE division); fast math
@@ -66,7 +66,17 @@ if(KPR_CUDA_PTX)
   set(KPR_CUDA_PTX_ARCH ${_kpr_newest})
 endif()
 
-string(REPLACE ";" "," KPR_CUDA_SASS_LIST "${_kpr_archs}")
+# The SASS list reaches the sources as a bitmask over a fixed table (kpr_cuda_host.hpp: kKnownArchs):
+# nvcc splits -D values at commas, so a comma-separated list cannot be passed.
+set(_kpr_known 50 52 53 60 61 62 70 72 75 80 86 87 89 90 100 101 103 110 120 121)
+set(KPR_CUDA_SASS_MASK 0)
+foreach(a ${_kpr_archs})
+  list(FIND _kpr_known ${a} _idx)
+  if(_idx LESS 0)
+    message(FATAL_ERROR "KPR_CUDA_ARCHS: architecture ${a} is not in kpr's table (${_kpr_known})")
+  endif()
+  math(EXPR KPR_CUDA_SASS_MASK "${KPR_CUDA_SASS_MASK} | (1 << ${_idx})")
+endforeach()
 string(REPLACE ";" " " KPR_CUDA_ARCHS_EFFECTIVE "${_kpr_archs}")
 if(KPR_CUDA_PTX)
   string(APPEND KPR_CUDA_ARCHS_EFFECTIVE " +PTX ${_kpr_newest}")
@@ -96,7 +106,7 @@ function(kpr_cuda_target target)
     set(_ptx "")
   endif()
   target_compile_definitions(${target} PRIVATE
-    "KPR_CUDA_SASS_LIST=${KPR_CUDA_SASS_LIST}"
+    "KPR_CUDA_SASS_MASK=${KPR_CUDA_SASS_MASK}"
     "KPR_CUDA_PTX_LIST=${_ptx}")
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xptxas=-warn-spills --expt-relaxed-constexpr -lineinfo>)

@@ -16,17 +16,27 @@
 #include <mutex>
 #include <string>
 
-#ifndef KPR_CUDA_SASS_LIST
-#error "KPR_CUDA_SASS_LIST must be defined by the build (cmake/KprCuda.cmake)"
+#ifndef KPR_CUDA_SASS_MASK
+#error "KPR_CUDA_SASS_MASK must be defined by the build (cmake/KprCuda.cmake)"
 #endif
 
 namespace kpr::cuda {
 
 // ---- architectures ------------------------------------------------------------------------------
 
+// The order of cmake/KprCuda.cmake's _kpr_known: bit i of KPR_CUDA_SASS_MASK = kKnownArchs[i] compiled.
+inline constexpr uint32_t kKnownArchs[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121};
+
 inline const uint32_t *sass_archs(uint32_t *n) {
-    static const uint32_t a[] = {KPR_CUDA_SASS_LIST};
-    *n = static_cast<uint32_t>(sizeof(a) / sizeof(a[0]));
+    static uint32_t a[sizeof(kKnownArchs) / sizeof(kKnownArchs[0])];
+    static const uint32_t count = [] {
+        uint32_t c = 0;
+        const unsigned long long mask = static_cast<unsigned long long>(KPR_CUDA_SASS_MASK);
+        for (uint32_t i = 0; i < sizeof(kKnownArchs) / sizeof(kKnownArchs[0]); ++i)
+            if (mask & (1ull << i)) a[c++] = kKnownArchs[i];
+        return c;
+    }();
+    *n = count;
     return a;
 }
 

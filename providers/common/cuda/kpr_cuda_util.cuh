@@ -27,14 +27,20 @@ __device__ __forceinline__ float bf16_to_float(uint16_t h) {
     return __uint_as_float(static_cast<uint32_t>(h) << 16);
 }
 
-// Signed byte dot product, emulated: the same integer result as __dp4a(a, b, c), built from byte
-// extracts and integer multiply-adds, for compute capability 6.0 (which has no DP4A) and for tests.
+// Signed byte dot product, emulated: the same integer result as __dp4a(a, b, c), built from signed
+// byte extracts and integer multiply-adds, for compute capability 6.0 (which has no DP4A) and for tests.
+// The extracts are inline PTX (bfe.s32) so that the optimizer cannot fuse the sequence back into a
+// dp4a instruction where the target has one (it does, for plain C++ shifts, when compiling for 6.1+).
+__device__ __forceinline__ int sbyte(int v, int pos) {
+    int r;
+    asm("bfe.s32 %0, %1, %2, 8;" : "=r"(r) : "r"(v), "r"(pos));
+    return r;
+}
 __device__ __forceinline__ int dp4a_emulated(int a, int b, int c) {
-    // sign-extend each byte with a shift pair; four IMADs
-    c += ((a << 24) >> 24) * ((b << 24) >> 24);
-    c += ((a << 16) >> 24) * ((b << 16) >> 24);
-    c += ((a << 8) >> 24) * ((b << 8) >> 24);
-    c += (a >> 24) * (b >> 24);
+    c += sbyte(a, 0) * sbyte(b, 0);
+    c += sbyte(a, 8) * sbyte(b, 8);
+    c += sbyte(a, 16) * sbyte(b, 16);
+    c += sbyte(a, 24) * sbyte(b, 24);
     return c;
 }
 

@@ -148,8 +148,10 @@ const KernelTable &table_for(IsaChoice c) {
     }
 }
 
+// A null entry in a table means "use the next lower path" (AVX-512 -> AVX2 -> portable).
 KernelFn kernel_for(IsaChoice c, uint32_t type) {
     KernelFn f = table_for(c).fn[type];
+    if (!f && c.isa == Isa::Avx512) f = avx2_kernels().fn[type];
     return f ? f : portable_kernels().fn[type];
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include "provider_loader.h"
 #include "ref_quant.h"
@@ -31,6 +32,12 @@ namespace {
 
 constexpr size_t kRows = 4096, kCols = 14336;
 constexpr size_t kRotateBytes = 512ull << 20;
+
+double process_cpu_seconds() {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 LoadedProvider g_prov;
 kpr_device_desc g_dev;
@@ -183,6 +190,7 @@ void BM_gemv(benchmark::State &state) {
     for (int i = 0; i < 3; ++i) bw = std::max(bw, read_pass(bw_buffer(), threads));
     size_t c = 0;
     double secs = 0;
+    const double cpu0 = process_cpu_seconds();
     for (auto _ : state) {
         const auto t0 = std::chrono::steady_clock::now();
         g_prov.table->run(g_prov.state, prepared[c], &args, &err);
@@ -190,12 +198,16 @@ void BM_gemv(benchmark::State &state) {
         benchmark::DoNotOptimize(y.data());
         if (++c == w.copies) c = 0;
     }
+    const double cpu_secs = process_cpu_seconds() - cpu0;
     for (kpr_prepared *p : prepared) g_prov.table->release(g_prov.state, p);
     const double gbps = (double)w.bytes * state.iterations() / secs / 1e9;
     state.counters["GBps"] = gbps;
     state.counters["bw_GBps"] = bw;
     state.counters["bw_fraction"] = gbps / bw;
     state.counters["ms_per_call"] = secs / state.iterations() * 1e3;
+    // Weight bytes per CPU-second summed over the process's threads, i.e. the speed one thread reaches
+    // while it has a core: on a shared, busy machine this shows what the kernel would do on an idle one.
+    state.counters["cpu_GBps_per_thread"] = (double)w.bytes * state.iterations() / cpu_secs / 1e9;
     state.SetLabel(desc(type).name);
 }
 

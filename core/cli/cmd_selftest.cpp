@@ -12,8 +12,10 @@ namespace kpr::cli {
 std::string device_line(const Device &d);
 
 // The runner a contained self-test forks and executes: this very program, with the same global options,
-// at its hidden `selftest-child` subcommand.
-static std::vector<std::string> child_command(const Globals &g, const std::string &device) {
+// at its hidden `selftest-child` subcommand. For SelftestOptions::child_command (kpr doctor and kpr calibrate
+// can use it too: declare it in cli.hpp).
+std::vector<std::string> selftest_child_command(const Globals &g, const std::string &device);
+std::vector<std::string> selftest_child_command(const Globals &g, const std::string &device) {
     std::vector<std::string> c = {"/proc/self/exe"};
     if (!g.config.empty()) c.insert(c.end(), {"--config", std::filesystem::absolute(g.config).string()});
     for (auto &p : g.provider_paths) c.insert(c.end(), {"--provider-path", std::filesystem::absolute(p).string()});
@@ -94,7 +96,7 @@ Command add_selftest(CLI::App &root, Globals &g) {
                 bool tty = isatty(STDERR_FILENO) && !a->json;
                 for (auto &dev : selftest_devices(rt, a->device)) {
                     o.device = dev;
-                    o.child_command = child_command(g, dev);
+                    o.child_command = selftest_child_command(g, dev);
                     if (!o.seed) o.seed = a->seed ? a->seed : 0;
                     auto rs = run_selftests(rt, o, [&](const SelftestResult &r) {
                         if (tty) std::cerr << fmt::format("\r  {} {} {} ...{:20}", r.provider, r.case_name, to_string(r.outcome), "") << std::flush;

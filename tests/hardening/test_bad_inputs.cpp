@@ -154,3 +154,16 @@ TEST(BadInputs, Selftest) {
     expect_bad(in, {"selftest", "--provider", "no_such_provider"}, 1, "no_such_provider");
     expect_bad(in, {"selftest", "--case-timeout", "-1"}, 2, "--case-timeout");
 }
+
+TEST(BadInputs, ModelCommands) {
+    Inputs in;
+    std::string out = (in.out_dir / "o.gguf").string();
+    for (const fs::path &p : {in.missing, in.dir, in.empty, in.npy, in.text}) {
+        expect_bad(in, {"bench", "--model", p.string(), "--reps", "1"}, 1, p.string());
+        expect_bad(in, {"requant", p.string(), out}, 1, p.string());
+        expect_bad(in, {"calibrate", "--model", p.string(), "--output", (in.out_dir / "c.toml").string()}, 1, p.string());
+    }
+    for (const fs::path &p : {in.missing, in.dir, in.empty, in.text})
+        expect_bad(in, {"calibrate", "--shapes", p.string(), "--output", (in.out_dir / "c.toml").string()}, 1, p.string());
+    expect_bad(in, {"synth", "--shape", "no_such_shape", "-o", out}, 2, "no_such_shape");
+}

@@ -548,7 +548,7 @@ kpr_offer LoadedProvider::query(const kpr_op_desc &op, const kpr_device_desc &de
         throw Error(fmt::format("provider '{}': query returned a malformed offer (accepted = {}, must be 0 or 1)", info.name,
                                 offer.accepted));
     if (offer.accepted) {
-        uint64_t limit = dev.kind == KPR_DEVICE_CUDA ? dev.memory_bytes : 0;
+        uint64_t limit = dev.kind == KPR_DEVICE_CUDA ? (dev.memory_bytes ? dev.memory_bytes : (1ull << 50)) : 0;
         if (!limit) {
             long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
             limit = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : (1ull << 50);

@@ -50,6 +50,9 @@ public:
         if (!tty_) std::cerr << fmt::format("bench: [{}{}] {}\n", items_, total_ ? fmt::format("/{}", total_) : "", what);
     }
     void set_total(size_t n) { total_ = n; }
+    void note(const std::string &what) {  // a step outside the count
+        if (!quiet_ && !tty_) std::cerr << "bench: " << what << "\n";
+    }
     void update(const std::string &what, size_t done, size_t total) {
         if (quiet_ || !tty_) return;
         const int W = 30;
@@ -157,7 +160,7 @@ int run_bench(const Globals &g, const Args &a) {
                              {"decode", nlohmann::json::array()}};
     double bw = 0;
     if (!a.no_bandwidth) {
-        prog.item("measuring read bandwidth of " + dev.id);
+        prog.note("measuring the read bandwidth of " + dev.id);
         bench::BandwidthOptions bo;
         bo.bytes = a.bandwidth_mb << 20;
         bench::Bandwidth b = bench::measure_read_bandwidth(dev, bo);

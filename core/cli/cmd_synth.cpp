@@ -2,6 +2,7 @@
 #include "cli.hpp"
 
 #include <kpr/bench.hpp>
+#include <kpr/formats.hpp>
 
 #include <chrono>
 #include <iostream>
@@ -14,6 +15,7 @@ Command add_synth(CLI::App &root, Globals &) {
         std::string shape = "tiny", types = "q8_0", output;
         int layers = 0, threads = 0;
         uint64_t seed = 1;
+        bool list = false;
     };
     auto a = std::make_shared<Args>();
     auto *sub = root.add_subcommand(
@@ -23,7 +25,8 @@ Command add_synth(CLI::App &root, Globals &) {
     sub->add_option("--types", a->types,
                     "weight types by role, comma-separated: [0] attention and FFN gate/up, [1] FFN down, [2] output head "
                     "and embeddings; a missing role takes the last one given (default q8_0)");
-    sub->add_option("-o,--output", a->output, "the GGUF file to write")->required();
+    sub->add_option("-o,--output", a->output, "the GGUF file to write (required unless --list)");
+    sub->add_flag("--list", a->list, "print the metadata and tensors as JSON instead of writing the file");
     sub->add_option("--layers", a->layers, "fewer (or more) layers than the family has, to keep files small")
         ->check(CLI::Range(1, 1000));
     sub->add_option("--seed", a->seed, "random seed (default 1)");
@@ -34,10 +37,22 @@ Command add_synth(CLI::App &root, Globals &) {
                 o.layers = a->layers;
                 o.seed = a->seed;
                 o.threads = a->threads;
+                o.dry_run = a->list;
+                if (a->output.empty() && !a->list) throw Error("synth: -o FILE.gguf is required (or --list)", 2);
                 std::stringstream ss(a->types);
                 std::string t;
                 while (std::getline(ss, t, ','))
                     if (!t.empty()) o.types.push_back(parse_type(t));
+                if (a->list) {
+                    bench::SynthSummary s = bench::synth_model(o, a->output);
+                    nlohmann::json j = {{"architecture", s.architecture}, {"layers", s.layers}, {"bytes", s.bytes},
+                                        {"metadata", nlohmann::json::object()}, {"tensors", nlohmann::json::array()}};
+                    for (auto &[k, v] : s.metadata) j["metadata"][k] = v;
+                    for (auto &t : s.tensor_list)
+                        j["tensors"].push_back({{"name", t.name}, {"type", formats::type_name(t.type)}, {"ne", t.ne}, {"bytes", t.bytes}});
+                    std::cout << j.dump(1) << "\n";
+                    return 0;
+                }
                 auto t0 = std::chrono::steady_clock::now();
                 bench::SynthSummary s = bench::synth_model(o, a->output);
                 double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -124,12 +124,22 @@ struct SynthOptions {
     int layers = 0;                 // 0: the shape's own count
     uint64_t seed = 1;
     int threads = 0;
+    bool dry_run = false;           // describe the file (SynthSummary) without writing it
+};
+
+struct SynthTensor {
+    std::string name;
+    uint32_t type = 0;
+    std::vector<uint64_t> ne;
+    uint64_t bytes = 0;
 };
 
 struct SynthSummary {
     std::string architecture;
     uint32_t layers = 0;
     uint64_t tensors = 0, bytes = 0;
+    std::vector<std::pair<std::string, std::string>> metadata;  // key, value as text
+    std::vector<SynthTensor> tensor_list;
 };
 
 std::vector<std::string> synth_shapes();

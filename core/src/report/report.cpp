@@ -49,6 +49,7 @@ std::pair<double, double> nice_axis(double maxv) {
 
 std::string num(double v) {
     if (v == 0) return "0";
+    if (v == std::round(v) && std::fabs(v) < 1e15) return fmt::format("{:.0f}", v);
     if (std::fabs(v) >= 100) return fmt::format("{:.0f}", v);
     if (std::fabs(v) >= 10) return fmt::format("{:.1f}", v);
     return fmt::format("{:.2f}", v);
@@ -133,7 +134,7 @@ std::string stacked_bars(const std::string &title, const std::vector<std::string
         o += fmt::format("<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\" stroke=\"#ddd\"/><text x=\"{:.1f}\" y=\"{}\" "
                          "font-size=\"10\" text-anchor=\"middle\">{}</text>",
                          X(v), X(v), T, H - 25, X(v), H - 12, num(v));
-    o += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>", W - R + 10, H - 12, esc(unit));
+    o += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>", W - R + 30, H - 12, esc(unit));
     for (size_t i = 0; i < labels.size(); ++i) {
         int y = T + (int)i * (BH + G);
         o += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"end\">{}</text>", L - 6, y + BH / 2 + 4,
@@ -218,7 +219,7 @@ void write_report(const std::string &dir, const std::string &json_text) {
                     "<style>body{font-family:sans-serif;margin:24px;max-width:1100px;color:#222}"
                     "table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}"
                     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
-                    "td:first-child,th:first-child{text-align:left}svg.plot{display:block;margin:10px 0 24px;"
+                    "td:first-child,th:first-child{text-align:left}#conditions td{text-align:left}svg.plot{display:block;margin:10px 0 24px;"
                     "border:1px solid #eee}h2{border-bottom:1px solid #ddd;padding-bottom:4px}</style></head><body>\n"
                     "<h1>kpr bench report</h1>\n";
     // Conditions.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <thread>
 
 namespace kpr::bench {
@@ -76,7 +77,19 @@ SynthSummary synth_model(const SynthOptions &o, const std::string &path) {
     uint32_t layers = o.layers > 0 ? (uint32_t)o.layers : s.layers;
     int threads = o.threads > 0 ? o.threads : (int)std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
 
-    gguf::Writer w;
+    gguf::Writer gw;
+    std::vector<std::pair<std::string, std::string>> kv_log;
+    struct Meta {  // adds to the writer and remembers the pair for --list
+        gguf::Writer &w;
+        std::vector<std::pair<std::string, std::string>> &log;
+        void add_string(const std::string &k, const std::string &v) { w.add_string(k, v), log.emplace_back(k, v); }
+        void add_u32(const std::string &k, uint32_t v) { w.add_u32(k, v), log.emplace_back(k, std::to_string(v)); }
+        void add_f32(const std::string &k, float v) { w.add_f32(k, v), log.emplace_back(k, fmt::format("{}", v)); }
+        void add_tensor_generated(std::string n, uint32_t t, std::vector<uint64_t> ne,
+                                  std::function<void(uint8_t *, uint64_t)> f) {
+            w.add_tensor_generated(std::move(n), t, std::move(ne), std::move(f));
+        }
+    } w{gw, kv_log};
     const std::string a = s.arch;
     w.add_string("general.architecture", a);
     w.add_string("general.name", fmt::format("{} (kpr synth: random weights{})", s.family,
@@ -124,6 +137,7 @@ SynthSummary synth_model(const SynthOptions &o, const std::string &path) {
         });
         sum.tensors++;
         sum.bytes += bytes;
+        sum.tensor_list.push_back({name, type, ne, bytes});
     };
     auto norm = [&](const std::string &name, uint64_t n) { add(name, KPR_TYPE_F32, {n}); };
 
@@ -155,7 +169,8 @@ SynthSummary synth_model(const SynthOptions &o, const std::string &path) {
     }
     norm("output_norm.weight", H);
     add("output.weight", t_out, {H, s.vocab});
-    w.write(path);
+    for (auto &k : kv_log) sum.metadata.push_back(k);
+    if (!o.dry_run) gw.write(path);
     return sum;
 }
 

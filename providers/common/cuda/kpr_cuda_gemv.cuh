@@ -62,7 +62,13 @@ __device__ __forceinline__ uint4 ld16_a2(const uint8_t *p, uint32_t avail) {
 
 template <int NC, int R>
 struct GemvOcc {
+#if defined(__CUDA_ARCH__) && KPR_ARCH < 800
+    // register-staged path (no cp.async): the next chunk lives in registers, so allow 128 / 255 of them
+    // (no spills; scripts/check-pascal checks it). Pascal-class GPUs hold far fewer rows per wave anyway.
+    static constexpr int MIN_BLOCKS = R == 1 ? 4 : 2;
+#else
     static constexpr int MIN_BLOCKS = R == 1 ? 8 : 4; // 32 resp. 16 warps per SM: 4096 rows in one wave
+#endif
 };
 
 template <class T, int NC, int R, class Tab>

@@ -143,7 +143,10 @@ TEST(BrokenProviders, NameAlreadyTaken) {
     int loaded = 0, failed = 0;
     for (auto &p : ps)
         if (p.name == "broken_good") {
-            if (p.state == kpr::ProviderState::Loaded) ++loaded, EXPECT_TRUE(contains(p.file, "/good/"));
+            if (p.state == kpr::ProviderState::Loaded) {
+                ++loaded;
+                EXPECT_TRUE(contains(p.file, "/good/")) << p.file;
+            }
             if (p.state == kpr::ProviderState::Failed) {
                 ++failed;
                 EXPECT_TRUE(contains(p.reason, "duplicate name 'broken_good': already loaded from")) << p.reason;

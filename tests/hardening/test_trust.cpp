@@ -4,6 +4,7 @@
 #include "test_support.hpp"
 
 #include <kpr/config.hpp>
+#include <kpr/ggml_blocks.h>
 #include <kpr/runtime.hpp>
 
 #include <gtest/gtest.h>
@@ -53,7 +54,7 @@ std::string fmt_mode(int mode) {
 }
 
 std::string sha256sum(const fs::path &f) {
-    CommandResult r = run_command({"sha256sum", f.string()});
+    CommandResult r = run_command({"/usr/bin/env", "sha256sum", f.string()});
     if (r.exit_code != 0) return "";
     return r.out.substr(0, 64);
 }

@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
                  "Probes the machine, loads provider libraries, and negotiates which kernel serves each op."};
     app.set_version_flag("--version", "kpr " + kpr::version());
     app.require_subcommand(1);
+    app.fallthrough();  // global options are accepted after the subcommand too
     Globals g;
     app.add_option("--config", g.config, "configuration file (TOML); default: $KPR_CONFIG, else none");
     app.add_option("--provider-path", g.provider_paths, "directory to search for providers first (repeatable)");

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <set>
 
@@ -304,13 +305,31 @@ Device load_device_file(const std::filesystem::path &file) {
         k.cc_minor = mi;
     }
     if (k.cc_major == 0) throw Error(fmt::format("{}: device.cc is required (for example cc = \"6.0\")", file.string()));
-    k.sm_count = dev["sm_count"].value_or(k.sm_count);
-    k.smem_per_block = dev["smem_per_block"].value_or(k.smem_per_block ? k.smem_per_block : 48u << 10);
-    k.smem_per_block_optin = dev["smem_per_block_optin"].value_or(k.smem_per_block_optin ? k.smem_per_block_optin : k.smem_per_block);
-    k.smem_per_sm = dev["smem_per_sm"].value_or(k.smem_per_sm);
-    k.l2_bytes = dev["l2_bytes"].value_or(k.l2_bytes);
-    k.memory_bytes = dev["memory_bytes"].value_or(k.memory_bytes);
-    k.peak_bandwidth_gbps = dev["bandwidth_gbps"].value_or(k.peak_bandwidth_gbps);
+    auto where = [&](const toml::node &n) {
+        return fmt::format("{}:{}:{}", file.string(), n.source().begin.line, n.source().begin.column);
+    };
+    auto uint_key = [&](const char *key, auto &field) {
+        auto node = dev[key];
+        if (!node) return;
+        auto v = node.value_exact<int64_t>();
+        if (!v || *v < 0 || uint64_t(*v) > std::numeric_limits<std::remove_reference_t<decltype(field)>>::max())
+            throw Error(fmt::format("{}: device.{}: expected a non-negative integer", where(*node.node()), key));
+        field = static_cast<std::remove_reference_t<decltype(field)>>(*v);
+    };
+    uint_key("sm_count", k.sm_count);
+    uint_key("smem_per_block", k.smem_per_block);
+    uint_key("smem_per_block_optin", k.smem_per_block_optin);
+    uint_key("smem_per_sm", k.smem_per_sm);
+    uint_key("l2_bytes", k.l2_bytes);
+    uint_key("memory_bytes", k.memory_bytes);
+    if (!k.smem_per_block) k.smem_per_block = 48u << 10;
+    if (!k.smem_per_block_optin) k.smem_per_block_optin = k.smem_per_block;
+    if (auto node = dev["bandwidth_gbps"]) {
+        auto v = node.value<double>();
+        if (!v || !(*v >= 0) || node.is_boolean() || node.is_string())
+            throw Error(fmt::format("{}: device.bandwidth_gbps: expected a non-negative number", where(*node.node())));
+        k.peak_bandwidth_gbps = *v;
+    }
     k.has_dp4a = (k.cc_major > 6 || (k.cc_major == 6 && k.cc_minor >= 1));
     return d;
 }

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <elf.h>
@@ -254,7 +255,15 @@ std::vector<fs::path> provider_search_path(const RuntimeOptions &opts, const Con
             if (d == d.root_path()) break;
         }
     }
-    if (fs::is_directory(KPR_BUILD_PROVIDER_DIR, ec)) dirs.emplace_back(KPR_BUILD_PROVIDER_DIR);
+    // The build tree this core was compiled in, only for programs that live in it (kpr, tests, examples
+    // under <build>/): an installed kpr, or an engine linking the installed libkpr.a, must not load a build
+    // folder's providers just because that folder still exists on this machine.
+    if (!exe_dir.empty() && fs::is_directory(KPR_BUILD_PROVIDER_DIR, ec)) {
+        const fs::path root = fs::weakly_canonical(fs::path(KPR_BUILD_PROVIDER_DIR).parent_path(), ec);
+        const fs::path exe = fs::weakly_canonical(exe_dir, ec);
+        if (std::mismatch(root.begin(), root.end(), exe.begin(), exe.end()).first == root.end())
+            dirs.emplace_back(KPR_BUILD_PROVIDER_DIR);
+    }
     // The install tree: <prefix>/lib/kpr/providers with <prefix> = the executable's parent's parent.
     if (!exe_dir.empty()) dirs.push_back(exe_dir.parent_path() / KPR_INSTALL_PROVIDER_SUBDIR);
 
@@ -377,6 +386,7 @@ void RuntimeImpl::load_one(const fs::path &file) {
     p->log = new LogContext{file_name};  // intentionally never freed: the library may log until exit
     host.log_user = p->log;
     kpr_host_api *host_copy = new kpr_host_api(host);  // per provider: log_user differs; lives forever
+    host_copy->log = host_log;
     host_copy->log_user = p->log;
 
     kpr_handshake_offer offer{sizeof offer, KPR_MAKE_VERSION(KPR_ABI_VERSION_MAJOR, 0), KPR_ABI_VERSION, 0, host_copy};

@@ -448,13 +448,16 @@ Runtime Runtime::create(const RuntimeOptions &opts) {
                 std::string n;
                 std::vector<std::string> names;
                 for (auto &[k, _] : known) names.push_back(k);
-                while (std::getline(ss, n, ','))
+                while (std::getline(ss, n, ',')) {
+                    n.erase(0, n.find_first_not_of(" \t"));
+                    n.erase(n.find_last_not_of(" \t") + 1);
                     if (!n.empty() && !known.count(n)) {
                         std::string hint = closest_name(n, names);
                         impl->warnings.push_back(fmt::format("{} names unknown provider '{}'{}", var, n,
                                                              hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
                         spdlog::warn("{}", impl->warnings.back());
                     }
+                }
             }
     Runtime rt;
     rt.impl_ = impl;

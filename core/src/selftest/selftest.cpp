@@ -700,7 +700,9 @@ std::string record_selftest_results(const Runtime &rt, const std::vector<Selftes
     std::time_t t = std::time(nullptr);
     char when[32];
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-    for (auto &[key, failure] : ran) {
+    for (auto &entry : ran) {
+        const auto &key = entry.first;  // not a structured binding: clang 14 cannot capture one in a lambda
+        const SelftestResult *failure = entry.second;
         auto it = std::find_if(records.begin(), records.end(),
                                [&](const SelftestRecord &r) { return r.provider == key.first && r.device == key.second; });
         if (!failure) {

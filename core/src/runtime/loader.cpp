@@ -93,6 +93,14 @@ std::vector<boost::dll::shared_library> &library_keeper() {
     static auto *libs = new std::vector<boost::dll::shared_library>();
     return *libs;
 }
+struct ProcessLifetime {
+    std::vector<std::unique_ptr<LogContext>> logs;
+    std::vector<std::unique_ptr<kpr_host_api>> hosts;
+};
+ProcessLifetime &process_lifetime() {
+    static auto *k = new ProcessLifetime();
+    return *k;
+}
 std::mutex &library_keeper_mutex() {
     static std::mutex m;
     return m;
@@ -383,9 +391,18 @@ void RuntimeImpl::load_one(const fs::path &file) {
         return fail(fmt::format("no entry point: the library does not export '{}'", KPR_PROVIDER_ENTRY_SYMBOL));
     auto entry = lib.get<std::remove_pointer_t<kpr_provider_entry_fn>>(KPR_PROVIDER_ENTRY_SYMBOL);
 
-    p->log = new LogContext{file_name};  // intentionally never freed: the library may log until exit
+    // Both live as long as the process (the library may log until exit), held by a process-wide keeper so
+    // they stay reachable: a provider that failed after this point does not leak them.
+    kpr_host_api *host_copy = nullptr;
+    {
+        std::lock_guard<std::mutex> g(library_keeper_mutex());
+        auto &k = process_lifetime();
+        k.logs.push_back(std::make_unique<LogContext>(LogContext{file_name, {}}));
+        p->log = k.logs.back().get();
+        k.hosts.push_back(std::make_unique<kpr_host_api>(host));  // per provider: log_user differs
+        host_copy = k.hosts.back().get();
+    }
     host.log_user = p->log;
-    kpr_host_api *host_copy = new kpr_host_api(host);  // per provider: log_user differs; lives forever
     host_copy->log = host_log;
     host_copy->log_user = p->log;
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 
 using namespace kpr_test;
@@ -23,6 +24,12 @@ nlohmann::json results_of(const CommandResult &r) {
     }
 }
 
+// Under AddressSanitizer a SIGSEGV is caught by ASan (report, exit 1); these tests want the plain signal.
+std::vector<std::pair<std::string, std::string>> segv_env() {
+    const char *a = std::getenv("ASAN_OPTIONS");
+    return {{"ASAN_OPTIONS", std::string(a ? a : "") + (a && *a ? ":" : "") + "handle_segv=0"}};
+}
+
 const nlohmann::json *find_case(const nlohmann::json &j, const std::string &provider, const std::string &name) {
     for (auto &r : j["results"])
         if (r["provider"] == provider && r["case"] == name) return &r;
@@ -34,7 +41,8 @@ const nlohmann::json *find_case(const nlohmann::json &j, const std::string &prov
 TEST(ContainedSelftest, SegfaultIsThatProvidersFailureAndTheRestRun) {
     // Every provider (generic_cpu too, when built), cases named "hardening ...": the broken ones' and a good one's.
     CommandResult r = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "--provider-path", broken_dir("selftestok"),
-                               "selftest", "--json", "--filter", "hardening"});
+                               "selftest", "--json", "--filter", "hardening"},
+                              segv_env());
     EXPECT_EQ(r.exit_code, 1) << r.all();
     nlohmann::json j = results_of(r);
     const nlohmann::json *bad = find_case(j, "broken_segv", "hardening bad here");
@@ -94,7 +102,8 @@ TEST(ContainedSelftest, InProcessRunsInProcess) {
     }
     // And in process, the crash takes the whole command down: that is what containment is for.
     CommandResult c = run_kpr({"--no-gpu", "--provider-path", broken_dir("segv"), "selftest", "--provider", "broken_segv",
-                               "--in-process"});
+                               "--in-process"},
+                              segv_env());
     EXPECT_NE(c.exit_code, 0);
     EXPECT_NE(c.exit_code, 1);
 }
@@ -110,7 +119,7 @@ TEST(ContainedSelftest, QuarantineDeclinesAProviderThatFailedHere) {
     auto kpr = [&](const fs::path &cfg, std::vector<std::string> args) {
         args.insert(args.begin(), {"--no-gpu", "--config", cfg.string(), "--provider-path", broken_dir("segv"),
                                    "--provider-path", broken_dir("good")});
-        return run_kpr(args);
+        return run_kpr(args, segv_env());
     };
     // Before any self-test: broken_segv (score 1000) wins f32.
     CommandResult p0 = kpr(on, plan);
@@ -148,7 +157,7 @@ TEST(ContainedSelftest, ARebuiltLibraryIsNotQuarantined) {
     std::vector<std::string> base = {"--no-gpu", "--config", on.string(), "--provider-path", dir.string()};
     auto with = [&](std::vector<std::string> a) {
         a.insert(a.begin(), base.begin(), base.end());
-        return run_kpr(a);
+        return run_kpr(a, segv_env());
     };
     with({"selftest", "--provider", "broken_segv"});
     EXPECT_TRUE(contains(with({"plan", "--type", "f32", "--rows", "8", "--cols", "32", "--explain"}).out, "quarantined"));

@@ -170,10 +170,8 @@ TEST(BadInputs, ModelCommands) {
     expect_bad(in, {"synth", "--shape", "no_such_shape", "-o", out}, 2, "no_such_shape");
 }
 
-// Known issue (core/src/npy/npy.cpp, not a hardening file): a folder given as a .npy is read through an
-// ifstream and fails with "basic_filebuf::underflow error reading the file: Is a directory", which does not
-// name the file. Enable when npy::read checks for a folder the way Config::load does.
-TEST(BadInputs, DISABLED_GemvInputFolder) {
+// A folder given as the .npy input is named in the error (npy::read checks for it first).
+TEST(BadInputs, GemvInputFolder) {
     Inputs in;
     expect_bad(in, {"gemv", "--model", kWeights, "--tensor", kTensor, "--input", in.dir.string(), "--output",
                     (in.out_dir / "y.npy").string()},

@@ -109,14 +109,15 @@ public:
     std::string explain() const;                               // a table a person can read
     std::string to_json() const;                               // {"provider", "device", "op", "answers": [...]}
 
-    // Bind weights (in the device's memory, owned by the caller, outliving the prepared op).
+    // Bind weights (in the device's memory, owned by the caller, outliving the prepared op). The Runtime
+    // that made the plan must still exist; the prepared op then lives on its own.
     // `identity` lets providers share a repacked copy between ops on the same tensor (0: none).
     PreparedOp prepare(const void *weights, uint64_t bytes, uint64_t identity = 0) const;
 
 private:
     friend class Runtime;
     friend struct RuntimeImpl;
-    std::shared_ptr<struct RuntimeImpl> rt_;
+    std::weak_ptr<struct RuntimeImpl> rt_;  // prepare() needs the Runtime alive (it owns the configuration)
     kpr_op_desc op_{};
     Device device_;
     std::string winner_;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -106,6 +107,8 @@ private:
 } // namespace
 
 Array read(const std::string &path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a .npy file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -188,7 +188,7 @@ std::shared_ptr<const Plan> RuntimeImpl::negotiate(const kpr_op_desc &op_in, con
     op.struct_size = sizeof op;
     validate(op);
     auto plan = std::make_shared<Plan>();
-    plan->rt_ = std::const_pointer_cast<RuntimeImpl>(shared_from_this());
+    plan->rt_ = std::const_pointer_cast<RuntimeImpl>(shared_from_this());  // weak: the runtime caches the plan
     plan->op_ = op;
     plan->device_ = d;
 
@@ -358,11 +358,15 @@ PreparedOp Plan::prepare(const void *weights, uint64_t bytes, uint64_t identity)
     if (bytes != need)
         throw Error(fmt::format("{}: weights are {} bytes, the op needs {}", describe(op_), bytes, need));
     if (!weights) throw Error("prepare: null weights");
-    auto p = rt_->find(winner_);
+    // The runtime owns the providers' configuration; a plan does not keep it alive (the runtime's plan cache
+    // holds the plan, so a strong reference back would be a cycle that leaks every runtime).
+    std::shared_ptr<RuntimeImpl> rt = rt_.lock();
+    if (!rt) throw Error(fmt::format("cannot prepare {}: the Runtime that made this plan was destroyed", describe(op_)));
+    auto p = rt->find(winner_);
     if (!p) throw Error(fmt::format("provider '{}' is no longer loaded", winner_));
     if (device_.is_cuda()) cuda::driver().make_current(device_.desc.ordinal);
     PreparedOp out;
-    out.handle_ = p->prepare(op_, device_.desc, *rt_->options(*p, device_), weights, bytes, identity);
+    out.handle_ = p->prepare(op_, device_.desc, *rt->options(*p, device_), weights, bytes, identity);
     out.plan_ = shared_from_this();
     out.provider_ = p;
     return out;

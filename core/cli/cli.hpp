@@ -35,7 +35,7 @@ private:
     std::vector<std::vector<std::string>> rows_;
 };
 
-std::string human_bytes(uint64_t b);
+using kpr::human_bytes;
 uint32_t parse_type(const std::string &name);  // ggml's names, case-insensitive; throws kpr::Error (exit 2)
 nlohmann::json device_json(const Device &d);
 

@@ -44,13 +44,6 @@ std::string Table::str() const {
     return out;
 }
 
-std::string human_bytes(uint64_t b) {
-    if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", b / double(1ull << 30));
-    if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
-    if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", b / double(1ull << 10));
-    return fmt::format("{} B", b);
-}
-
 uint32_t parse_type(const std::string &name) {
     if (auto t = formats::type_from_name(name)) return *t;
     std::vector<std::string> names;

@@ -190,5 +190,7 @@ private:
 };
 
 std::string version();
+// "4.8 KiB", "18.0 MiB", "1.25 GiB": sizes as explain and the CLI print them.
+std::string human_bytes(uint64_t bytes);
 
 } // namespace kpr

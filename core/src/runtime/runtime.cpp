@@ -298,7 +298,7 @@ std::shared_ptr<const Plan> RuntimeImpl::negotiate(const kpr_op_desc &op_in, con
 
 // ---- Plan ----------------------------------------------------------------------------------------
 
-static std::string human_bytes(uint64_t b) {
+std::string human_bytes(uint64_t b) {
     if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", b / double(1ull << 30));
     if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
     if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", b / double(1ull << 10));

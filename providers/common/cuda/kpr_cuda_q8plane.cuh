@@ -86,8 +86,11 @@ __global__ void __launch_bounds__(256) q8plane_gemv(const Q8PlaneArgs a) {
 #pragma unroll
         for (int j = 0; j < NC; ++j) acc[j] = 0.0f;
         uint32_t b = gl;
-        // two blocks per lane per step: four 16-byte weight loads in flight
-        for (; b + G < nb; b += 2 * G) {
+        // two blocks per lane per step: four 16-byte weight loads in flight. Not for 3 columns in
+        // 8/16-lane groups: there ptxas keeps to 64 registers (256 threads) and spills the unrolled step
+        // (checked by scripts/check-pascal); one block per step fits.
+        constexpr bool kTwoBlocks = !(NC == 3 && G < 32);
+        for (; kTwoBlocks && b + G < nb; b += 2 * G) {
             const uint4 w0 = __ldg(reinterpret_cast<const uint4 *>(wr + 32 * b));
             const uint4 w1 = __ldg(reinterpret_cast<const uint4 *>(wr + 32 * b + 16));
             const uint4 w2 = __ldg(reinterpret_cast<const uint4 *>(wr + 32 * (b + G)));

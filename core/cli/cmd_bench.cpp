@@ -33,7 +33,9 @@ nlohmann::json bench_result_json(const bench::BenchResult &r) {
                         {"bandwidth_fraction", r.bandwidth_fraction},
                         {"weight_bytes", r.weight_bytes},
                         {"copies", r.copies},
-                        {"winner", r.winner}};
+                        {"winner", r.winner},
+                        {"timing", r.device.rfind("cuda", 0) == 0 ? (r.prequeued ? "gpu, queued behind a hold" : "gpu, host-launched")
+                                                                   : "host clock"}};
     if (r.op_kind == "gemv_grouped") j["experts"] = r.experts, j["experts_used"] = r.experts_used;
     if (!r.error.empty()) j["error"] = r.error;
     return j;
@@ -132,7 +134,8 @@ struct Args {
     uint32_t experts = 0, used = 0, x_slots = 1;
     int reps = 15, warmup = 2, steps = 5;
     uint64_t rotate_mb = 0, bandwidth_mb = 0;
-    bool json = false, no_bandwidth = false, quiet = false;
+    bool json = false, no_bandwidth = false, quiet = false, host_launch = false;
+    double warmup_ms = 50;
 };
 
 int run_bench(const Globals &g, const Args &a) {
@@ -177,6 +180,8 @@ int run_bench(const Globals &g, const Args &a) {
         bo.providers = split_list(a.providers);
         bo.reps = a.reps;
         bo.warmup = a.warmup;
+        bo.warmup_ms = a.warmup_ms;
+        bo.prequeue = !a.host_launch;
         bo.rotate_bytes = a.rotate_mb << 20;
         std::vector<kpr_op_desc> ops;
         for (uint32_t t : types)
@@ -264,6 +269,11 @@ Command add_bench(CLI::App &root, Globals &g) {
     sub->add_option("--provider", a->providers, "only these providers (comma-separated); default every one that accepts");
     sub->add_option("--reps", a->reps, "timed samples per provider, interleaved (default 15)")->check(CLI::Range(1, 100000));
     sub->add_option("--warmup", a->warmup, "warm-up passes over the weight copies (default 2)")->check(CLI::Range(0, 1000));
+    sub->add_option("--warmup-ms", a->warmup_ms, "and warm up for at least this long per provider and op (default 50)")
+        ->check(CLI::Range(0.0, 60000.0));
+    sub->add_flag("--host-launch", a->host_launch,
+                  "GPU: time the calls as the host launches them (default: each sample is queued behind a short hold, "
+                  "so the GPU's own time is measured)");
     sub->add_option("--steps", a->steps, "--model: timed decode steps (default 5)")->check(CLI::Range(1, 100000));
     sub->add_option("--rotate-mb", a->rotate_mb,
                     "weight bytes to rotate through, MiB (default: max(4 x last-level cache, 512 MiB CPU / 1 GiB GPU))");

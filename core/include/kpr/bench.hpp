@@ -4,7 +4,8 @@
 //   auto bw = kpr::bench::measure_read_bandwidth(rt.device("cpu"), {});
 //   auto results = kpr::bench::bench_op(rt, kpr::gemv(KPR_TYPE_Q8_0, 4096, 4096, 1), opts, bw.gbps);
 //
-// Timing: CUDA events on a GPU (the time the GPU spent), steady_clock on the CPU. Each sample runs the op
+// Timing: CUDA events on a GPU (the time the GPU spent; each sample is queued behind a short hold kernel
+// so the GPU runs its calls back to back however fast the host launches), steady_clock on the CPU. Each sample runs the op
 // once per weight copy, the copies together larger than the last-level cache (rotation), so every call
 // reads its weights from memory; providers are interleaved sample by sample so drift hits all of them.
 #pragma once
@@ -51,6 +52,9 @@ struct BenchOptions {
     uint64_t rotate_bytes = 0;           // weight bytes to rotate through; 0: max(4 x LLC, 512 MiB CPU / 1 GiB GPU)
     uint64_t max_copies = 512;
     double min_sample_ms = 0.5;          // a sample repeats the pass over the copies until it lasts this long
+    double warmup_ms = 50;               // and warm-up goes on until this much time has passed (clocks ramp up)
+    bool prequeue = true;                // GPU: queue each sample behind a hold so the GPU runs it back to back
+                                         // (device time); false: time the calls as the host launches them
     uint64_t seed = 1;
 };
 
@@ -65,6 +69,7 @@ struct BenchResult {
     double gbps = 0;            // weight bytes / median
     double bandwidth_fraction = 0;
     bool winner = false;        // negotiation's choice without restriction
+    bool prequeued = false;     // GPU samples were queued behind a hold (device time, not the host's launch rate)
     std::string error;          // when the provider accepted but failed to prepare or run
     int samples = 0;
 };

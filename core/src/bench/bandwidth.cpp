@@ -5,6 +5,7 @@
 #include <kpr/error.hpp>
 #include <kpr/memory.hpp>
 
+#include "bench/gpu_hold.hpp"
 #include "device/cuda_driver.hpp"
 
 #include <fmt/format.h>
@@ -86,8 +87,7 @@ Bandwidth cpu_bandwidth(const Device &dev, const BandwidthOptions &o) {
 
 // 16-byte non-coherent loads in a grid-stride loop; the xor of everything is stored only when it equals a
 // constant, so the JIT cannot drop the loads and nothing is written in practice.
-// The header (.version/.target) is prepended at load time: the oldest target first, newer ones when a
-// driver refuses it (PTX for an older target JIT-compiles for any newer GPU).
+// The header (.version/.target) is prepended at load time (load_ptx).
 const char *kReadPtxBody = R"PTX(
 .address_size 64
 
@@ -158,6 +158,52 @@ END:
 }
 )PTX";
 
+// Loads `body` (PTX without its .version/.target header) on the current context: the oldest target first,
+// newer ones when a driver refuses it (PTX for an older target JIT-compiles for any newer GPU).
+cuda::CUmodule load_ptx(const Device &dev, const char *body, const char *what) {
+    const cuda::Driver &drv = cuda::driver();
+    const cuda::ModuleApi &api = cuda::module_api();
+    if (!drv.loaded) throw Error("cannot run " + std::string(what) + " on " + dev.id + ": " + drv.why_not);
+    if (!api.loaded)
+        throw Error("cannot run " + std::string(what) + " on " + dev.id + ": the driver lacks cuModuleLoadDataEx/cuLaunchKernel");
+    drv.make_current(dev.desc.ordinal);
+    char log[4096] = {};
+    int opt_keys[2] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
+    void *opt_vals[2] = {log, reinterpret_cast<void *>(uintptr_t(sizeof log))};
+    std::string errors;
+    for (const char *head : {".version 6.0\n.target sm_50\n", ".version 7.0\n.target sm_70\n", ".version 7.8\n.target sm_80\n"}) {
+        std::string ptx = std::string(head) + body;
+        log[0] = 0;
+        cuda::CUmodule mod = nullptr;
+        cuda::CUresult r = api.cuModuleLoadDataEx(&mod, ptx.c_str(), 2, opt_keys, opt_vals);
+        if (r == 0) return mod;
+        errors += fmt::format("[{}] {}: {} ", std::string(head).substr(0, std::string(head).size() - 1), drv.error_string(r), log);
+    }
+    throw Error(fmt::format("loading the {} PTX on {}: {}", what, dev.id, errors));
+}
+
+// One thread spins on the global nanosecond timer for p_ns nanoseconds.
+const char *kHoldPtxBody = R"PTX(
+.address_size 64
+
+.visible .entry kpr_hold(
+    .param .u64 p_ns
+)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [p_ns];
+    mov.u64 %rd2, %globaltimer;
+    add.u64 %rd3, %rd2, %rd1;
+SPIN:
+    mov.u64 %rd4, %globaltimer;
+    setp.lt.u64 %p1, %rd4, %rd3;
+    @%p1 bra SPIN;
+    ret;
+}
+)PTX";
+
 Bandwidth cuda_bandwidth(const Device &dev, const BandwidthOptions &o) {
     const cuda::Driver &drv = cuda::driver();
     const cuda::ModuleApi &api = cuda::module_api();
@@ -168,20 +214,7 @@ Bandwidth cuda_bandwidth(const Device &dev, const BandwidthOptions &o) {
     if (dev.desc.memory_bytes) bytes = std::min<uint64_t>(bytes, dev.desc.memory_bytes / 4);
     bytes = std::max<uint64_t>(bytes & ~uint64_t(255), 256);
 
-    char log[4096] = {};
-    int opt_keys[2] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
-    void *opt_vals[2] = {log, reinterpret_cast<void *>(uintptr_t(sizeof log))};
-    cuda::CUmodule mod = nullptr;
-    std::string errors;
-    for (const char *head : {".version 6.0\n.target sm_50\n", ".version 7.0\n.target sm_70\n", ".version 7.8\n.target sm_80\n"}) {
-        std::string ptx = std::string(head) + kReadPtxBody;
-        log[0] = 0;
-        cuda::CUresult r = api.cuModuleLoadDataEx(&mod, ptx.c_str(), 2, opt_keys, opt_vals);
-        if (r == 0) break;
-        mod = nullptr;
-        errors += fmt::format("[{}] {}: {} ", std::string(head).substr(0, std::string(head).size() - 1), drv.error_string(r), log);
-    }
-    if (!mod) throw Error(fmt::format("loading the bandwidth PTX on {}: {}", dev.id, errors));
+    cuda::CUmodule mod = load_ptx(dev, kReadPtxBody, "bandwidth");
     struct Unload {
         const cuda::ModuleApi &a;
         cuda::CUmodule m;
@@ -218,6 +251,30 @@ Bandwidth cuda_bandwidth(const Device &dev, const BandwidthOptions &o) {
 }
 
 } // namespace
+
+GpuHold::GpuHold(const Device &dev) : dev_(dev) {
+    if (!dev.is_cuda() || dev.desc.simulated) throw Error("GpuHold needs a real CUDA device, not " + dev.id);
+    mod_ = load_ptx(dev, kHoldPtxBody, "hold");
+    cuda::CUfunction fn = nullptr;
+    cuda::CUresult r = cuda::module_api().cuModuleGetFunction(&fn, static_cast<cuda::CUmodule>(mod_), "kpr_hold");
+    if (r != 0) {
+        cuda::module_api().cuModuleUnload(static_cast<cuda::CUmodule>(mod_));
+        throw Error("cuModuleGetFunction(kpr_hold): " + cuda::driver().error_string(r));
+    }
+    fn_ = fn;
+}
+
+GpuHold::~GpuHold() {
+    if (mod_) cuda::module_api().cuModuleUnload(static_cast<cuda::CUmodule>(mod_));
+}
+
+void GpuHold::hold(void *stream, double ms) const {
+    unsigned long long ns = static_cast<unsigned long long>(std::max(0.0, ms) * 1e6);
+    void *params[1] = {&ns};
+    cuda::driver().check(cuda::module_api().cuLaunchKernel(static_cast<cuda::CUfunction>(fn_), 1, 1, 1, 1, 1, 1, 0,
+                                                            static_cast<cuda::CUstream>(stream), params, nullptr),
+                         "cuLaunchKernel(kpr_hold)");
+}
 
 Bandwidth measure_read_bandwidth(const Device &device, const BandwidthOptions &opts) {
     if (device.desc.simulated) throw Error(fmt::format("cannot measure {}: it is a simulated device", device.id));

@@ -5,6 +5,7 @@
 #include <kpr/gguf.hpp>
 #include <kpr/memory.hpp>
 
+#include "bench/gpu_hold.hpp"
 #include "device/cuda_driver.hpp"
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -220,15 +222,33 @@ std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, c
                 p.run(static_cast<const float *>(xb.data()), static_cast<float *>(y.data()), op.ncols,
                       grouped ? static_cast<const int32_t *>(ib.data()) : nullptr, stream.handle());
     };
-    // Warm-up, and how many passes make a sample last min_sample_ms.
+    // GPU: each sample waits behind a hold while the host queues it (see gpu_hold.hpp).
+    std::unique_ptr<GpuHold> hold;
+    if (dev.is_cuda() && o.prequeue) hold = std::make_unique<GpuHold>(dev);
+    using clock = std::chrono::steady_clock;
+    auto host_ms = [](clock::time_point t0) { return std::chrono::duration<double, std::milli>(clock::now() - t0).count(); };
+
+    // Warm-up (at least `warmup` passes and `warmup_ms`), and how many passes make a sample last
+    // min_sample_ms; on a GPU also how long the host takes to queue one pass.
     std::vector<int> passes(cands.size(), 1);
+    std::vector<double> queue_ms(cands.size(), 0);
     for (size_t i = 0; i < cands.size(); ++i) {
         Cand &c = cands[i];
         if (!c.r.error.empty()) continue;
         try {
-            stream.record_start();
-            pass(c, ys[i], std::max(1, o.warmup));
-            double ms = stream.elapsed_ms() / std::max(1, o.warmup);
+            int n = 0;
+            double dev_ms = 0;
+            auto t_warm = clock::now();
+            do {
+                int k = std::max(1, o.warmup);
+                auto t0 = clock::now();
+                stream.record_start();
+                pass(c, ys[i], k);
+                queue_ms[i] = host_ms(t0) / k;
+                dev_ms += stream.elapsed_ms();
+                n += k;
+            } while (host_ms(t_warm) < o.warmup_ms && n < 100000);
+            double ms = dev_ms / n;
             if (ms > 0 && ms < o.min_sample_ms) passes[i] = (int)std::min(1000.0, std::ceil(o.min_sample_ms / ms));
         } catch (const Error &e) {
             c.r.error = e.what();
@@ -242,6 +262,8 @@ std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, c
             ++done;
             if (!c.r.error.empty()) continue;
             try {
+                // Hold for twice what queueing the sample took in warm-up (plus a margin), at most 50 ms.
+                if (hold) hold->hold(stream.handle(), std::min(50.0, 0.2 + 2.0 * queue_ms[i] * passes[i]));
                 stream.record_start();
                 pass(c, ys[i], passes[i]);
                 double ms = stream.elapsed_ms();
@@ -265,6 +287,7 @@ std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, c
             r.spread = r.median_us > 0 ? (r.p90_us - r.p10_us) / r.median_us : 0;
             r.gbps = r.median_us > 0 ? read / (r.median_us * 1e3) : 0;
             r.bandwidth_fraction = bw > 0 ? r.gbps / bw : 0;
+            r.prequeued = hold != nullptr;
         }
         out.push_back(r);
     }

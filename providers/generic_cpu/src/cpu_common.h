@@ -51,6 +51,10 @@ struct KernelTable {
     KernelFn fn[KPR_TYPE_COUNT];
     QuantFn quant_q8_0; // bit-identical to quantize_q8_0 (null: use the portable one)
     QuantFn quant_q8_K; // bit-identical to quantize_q8_K
+    // Per weight type, a quantizer that writes the activations in the layout that type's kernel in this
+    // table reads (same values, scales and sums as quant_q8_0 / quant_q8_K, bytes permuted); null: the plain
+    // layout of quant_q8_0 / quant_q8_K.
+    QuantFn quant_x[KPR_TYPE_COUNT];
 };
 
 const KernelTable &portable_kernels();

@@ -149,11 +149,13 @@ const KernelTable &table_for(IsaChoice c) {
 }
 
 // A null entry in a table means "use the next lower path" (AVX-512 -> AVX2 -> portable).
-KernelFn kernel_for(IsaChoice c, uint32_t type) {
-    KernelFn f = table_for(c).fn[type];
-    if (!f && c.isa == Isa::Avx512) f = avx2_kernels().fn[type];
-    return f ? f : portable_kernels().fn[type];
+const KernelTable &kernel_table_for(IsaChoice c, uint32_t type) {
+    const KernelTable &t = table_for(c);
+    if (t.fn[type]) return t;
+    if (c.isa == Isa::Avx512 && avx2_kernels().fn[type]) return avx2_kernels();
+    return portable_kernels();
 }
+KernelFn kernel_for(IsaChoice c, uint32_t type) { return kernel_table_for(c, type).fn[type]; }
 
 unsigned usable_threads(const kpr_device_desc *dev) {
     cpu_set_t set;
@@ -438,6 +440,8 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         const KernelTable &tbl = table_for(isa);
         if (shape.ti->act == Act::Q8_0) p->quant = tbl.quant_q8_0 ? tbl.quant_q8_0 : quantize_q8_0;
         if (shape.ti->act == Act::Q8_K) p->quant = tbl.quant_q8_K ? tbl.quant_q8_K : quantize_q8_K;
+        // A kernel that reads the activations in its own layout brings its own quantizer (same table).
+        if (const QuantFn qx = kernel_table_for(isa, op->weight_type).quant_x[op->weight_type]) p->quant = qx;
         p->threads = opts.threads > 0 ? (unsigned)opts.threads : usable_threads(dev);
         log_msg(KPR_LOG_DEBUG, "prepared %s %" PRIu64 "x%" PRIu64 " ncols %u on %s%s, %u threads", shape.ti->name,
                 op->rows, op->cols, op->ncols, isa_name(isa.isa), isa.vnni ? "+vnni" : "", p->threads);

@@ -15,6 +15,8 @@
 
 namespace kpr::cli {
 
+std::vector<std::string> selftest_child_command(const Globals &g, const std::string &device);  // cmd_selftest.cpp
+
 nlohmann::json bench_result_json(const bench::BenchResult &r);  // cmd_bench.cpp
 
 namespace {
@@ -140,11 +142,15 @@ Command add_calibrate(CLI::App &root, Globals &g) {
                     so.provider = provider;
                     so.device = dev.id;
                     so.filter = tname;
+                    // Contained, as `kpr selftest`: a self-test that crashes or hangs excludes the provider.
+                    so.contained = true;
+                    so.child_command = selftest_child_command(g, dev.id);
                     auto results = run_selftests(rt, so);
                     size_t ran = 0;
                     for (auto &r : results) {
+                        // A case that crashed or hung (or a runner that failed) has no op: the filter chose it.
                         bool this_type = r.op.find(" " + tname + " ") != std::string::npos || r.kind == "internal" ||
-                                         r.case_name == "(enumerate)";
+                                         r.case_name == "(enumerate)" || r.op.empty();
                         if (!this_type) continue;
                         ++ran;
                         if (r.outcome == SelftestResult::Outcome::Failed && why.empty())

@@ -13,6 +13,7 @@
 namespace kpr::cli {
 
 std::string device_line(const Device &d);
+std::vector<std::string> selftest_child_command(const Globals &g, const std::string &device);  // cmd_selftest.cpp
 
 namespace {
 
@@ -107,9 +108,16 @@ Command add_doctor(CLI::App &root, Globals &g) {
                 for (auto &dev : real_devices(rt)) {
                     SelftestOptions o;
                     o.device = dev;
+                    // Contained, as `kpr selftest`: a provider whose self-test crashes or hangs fails, doctor goes on.
+                    o.contained = true;
+                    o.child_command = selftest_child_command(g, dev);
+                    if (!all.empty()) o.seed = all.front().seed;  // one seed for the whole run
                     auto rs = run_selftests(rt, o);
                     all.insert(all.end(), rs.begin(), rs.end());
                 }
+                // A complete run: failures are recorded (quarantine), a clean provider loses its record.
+                if (std::string w = record_selftest_results(rt, all, true); !w.empty())
+                    std::cerr << "kpr: warning: " << w << "\n";
                 size_t loaded = 0, failed_p = 0, disabled = 0, failed = 0, passed = 0, skipped = 0;
                 for (auto &p : ps) (p.state == ProviderState::Loaded ? loaded : p.state == ProviderState::Failed ? failed_p : disabled)++;
                 for (auto &r : all)

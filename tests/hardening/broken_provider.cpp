@@ -20,6 +20,7 @@
 //   BROKEN_SELFTEST_HANG   the same, the second sleeps forever
 //   BROKEN_SELFTEST_ABORT  the same, the second calls abort()
 //   BROKEN_SELFTEST_OK     the same three cases, all passing
+//   BROKEN_CASE_PREFIX=s   prefixes the self-test case names (calibrate filters cases by weight type)
 //   BROKEN_SCORE=n         the score of an accepted offer (default 1000)
 // Without a misbehaviour it is a correct F32-only provider (query, prepare, run, release).
 #include <kpr/ggml_blocks.h>
@@ -136,7 +137,11 @@ void p_release(void *, kpr_prepared *pp) { delete reinterpret_cast<Prepared *>(p
 
 #if defined(BROKEN_SELFTEST_SEGV) || defined(BROKEN_SELFTEST_HANG) || defined(BROKEN_SELFTEST_ABORT) || defined(BROKEN_SELFTEST_OK)
 #define BROKEN_SELFTESTS 1
-const char *const kCases[] = {"hardening ok before", "hardening bad here", "hardening ok after"};
+#ifndef BROKEN_CASE_PREFIX
+#define BROKEN_CASE_PREFIX ""  // e.g. "f32_": a case name kpr calibrate's per-type filter selects
+#endif
+const char *const kCases[] = {BROKEN_CASE_PREFIX "hardening ok before", BROKEN_CASE_PREFIX "hardening bad here",
+                              BROKEN_CASE_PREFIX "hardening ok after"};
 uint32_t p_selftest_count(void *, const kpr_device_desc *) { return 3; }
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t i, kpr_selftest_case *c, kpr_error *err) {
     if (i >= 3) {
@@ -147,6 +152,9 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t i, kpr_selft
     std::snprintf(c->name, sizeof c->name, "%s", kCases[i]);
     return KPR_OK;
 }
+// Not instrumented for UBSan: under -fsanitize=undefined the null store below would be reported (and the
+// process exit 1) before it faults; the tests want a real SIGSEGV.
+__attribute__((no_sanitize("undefined")))
 kpr_status p_selftest_run(void *, const kpr_device_desc *, uint32_t i, double *measured, kpr_error *) {
     *measured = 0;
     if (i == 1) {

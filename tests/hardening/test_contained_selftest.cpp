@@ -25,9 +25,15 @@ nlohmann::json results_of(const CommandResult &r) {
 }
 
 // Under AddressSanitizer a SIGSEGV is caught by ASan (report, exit 1); these tests want the plain signal.
+// run_command passes this process's environment and then appends `env`, so a child would see two
+// ASAN_OPTIONS and getenv finds the first: the option is set here too (ASan read this process's options at
+// start-up, so it changes nothing for the test itself).
 std::vector<std::pair<std::string, std::string>> segv_env() {
     const char *a = std::getenv("ASAN_OPTIONS");
-    return {{"ASAN_OPTIONS", std::string(a ? a : "") + (a && *a ? ":" : "") + "handle_segv=0"}};
+    std::string v = a ? a : "";
+    if (v.find("handle_segv=0") == std::string::npos) v += (v.empty() ? "" : ":") + std::string("handle_segv=0");
+    setenv("ASAN_OPTIONS", v.c_str(), 1);
+    return {{"ASAN_OPTIONS", v}};
 }
 
 const nlohmann::json *find_case(const nlohmann::json &j, const std::string &provider, const std::string &name) {
@@ -166,4 +172,61 @@ TEST(ContainedSelftest, ARebuiltLibraryIsNotQuarantined) {
     CommandResult p = with({"plan", "--type", "f32", "--rows", "8", "--cols", "32", "--explain"});
     EXPECT_FALSE(contains(p.out, "quarantined")) << p.out;
     EXPECT_TRUE(contains(p.out, "winner: broken_segv")) << p.out;
+}
+
+// A kpr outside the build tree, so it loads only the providers a test names (not the build's generic_cpu,
+// whose full self-test set `doctor` would otherwise run).
+static fs::path lone_kpr(const TempDir &t) {
+    fs::path bin = t.dir("bin") / "kpr";
+    fs::copy_file(kpr_binary(), bin);
+    fs::permissions(bin, fs::perms::owner_all, fs::perm_options::add);
+    return bin;
+}
+
+TEST(ContainedSelftest, DoctorSurvivesACrashingSelftest) {
+    TempDir t;
+    fs::path kpr = lone_kpr(t);
+    fs::path state = t.path() / "state";
+    auto env = segv_env();
+    env.emplace_back("XDG_STATE_HOME", state.string());
+    CommandResult r = run_command({kpr.string(), "--no-gpu", "--provider-path", broken_dir("segv"), "--provider-path",
+                                   broken_dir("selftestok"), "doctor", "--no-workload"},
+                                  env, 300);
+    // doctor finished and reported the failure: no signal, the summary printed.
+    EXPECT_EQ(r.exit_code, 1) << r.all();
+    EXPECT_TRUE(contains(r.out, "FAIL broken_segv hardening bad here on cpu: crashed: signal 11 in case hardening bad here (SIGSEGV)"))
+        << r.all();
+    EXPECT_TRUE(contains(r.out, "2 passed, 1 failed, 0 skipped")) << r.out;  // broken_segv: the cases around the crash ran
+    EXPECT_TRUE(contains(r.out, "3 passed, 0 failed, 0 skipped")) << r.out;  // broken_selftestok
+    EXPECT_TRUE(contains(r.out, "self-tests 5 passed, 1 failed")) << r.out;
+    EXPECT_TRUE(contains(r.out, "-> PROBLEMS")) << r.out;
+    // The failure is recorded for quarantine, as `kpr selftest` records it.
+    EXPECT_TRUE(fs::exists(state / "kpr" / "selftest-state.json")) << r.all();
+    // --json stays clean JSON (the children's output goes to stderr).
+    CommandResult j = run_command({kpr.string(), "--no-gpu", "--provider-path", broken_dir("segv"), "doctor",
+                                   "--no-workload", "--json"},
+                                  env, 300);
+    EXPECT_EQ(j.exit_code, 1) << j.all();
+    nlohmann::json doc = results_of(j);
+    EXPECT_EQ(doc["selftests"]["failed"], 1) << j.out;
+    EXPECT_EQ(doc["selftests"]["passed"], 2) << j.out;
+    EXPECT_EQ(doc["ok"], false);
+}
+
+TEST(ContainedSelftest, CalibrateExcludesAProviderWhoseSelftestCrashes) {
+    TempDir t;
+    fs::path kpr = lone_kpr(t);
+    fs::path shapes = t.write("shapes.txt", "f32 64 64\n");
+    fs::path out = t.path() / "calibration.toml";
+    CommandResult r = run_command({kpr.string(), "--no-gpu", "--provider-path", broken_dir("segvf32"), "--provider-path",
+                                   broken_dir("good"), "calibrate", "--shapes", shapes.string(), "--output", out.string(),
+                                   "--reps", "2", "--warmup", "0", "--json"},
+                                  segv_env(), 300);
+    EXPECT_EQ(r.exit_code, 0) << r.all();
+    nlohmann::json j = results_of(r);
+    ASSERT_TRUE(j.is_array() && j.size() == 1) << r.all();
+    EXPECT_EQ(j[0]["winner"], "broken_good") << r.out;
+    std::string why = j[0]["excluded"].value("broken_segvf32", "");
+    EXPECT_TRUE(contains(why, "crashed: signal 11 in case f32_hardening bad here (SIGSEGV)")) << r.out;
+    EXPECT_TRUE(fs::exists(out));
 }

@@ -4,6 +4,8 @@
 #include <kpr/error.hpp>
 #include <kpr/formats.hpp>
 
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
 
 namespace kpr::cli {
@@ -71,6 +73,36 @@ std::vector<CommandAdder> registered_commands() {
     return out;
 }
 
+namespace {
+// CLI11 2.1 converts an integer option with strtoull/strtoll and keeps what they return: --rows
+// 99999999999999999999999 became 18446744073709551615 and --experts -1 the same, without a word. Every
+// integer option gets this check, run on the text before the conversion: a value that does not fit 64 bits,
+// or a negative value for an unsigned option, is a usage error that names the option (exit 2).
+std::string integer_fits(const std::string &text, bool is_unsigned) {
+    const char *s = text.c_str();
+    while (*s == ' ' || *s == '\t') ++s;
+    if (is_unsigned && *s == '-') return fmt::format("{} is negative: expected 0 or more", text);
+    errno = 0;
+    char *end = nullptr;
+    if (is_unsigned) (void)std::strtoull(s, &end, 0);
+    else (void)std::strtoll(s, &end, 0);
+    if (end == s) return "";  // not a number at all: CLI11's conversion reports it
+    if (errno == ERANGE)
+        return fmt::format("{} is out of range: the most is {}", text,
+                           is_unsigned ? std::to_string(UINT64_MAX) : std::to_string(INT64_MAX));
+    return "";
+}
+
+void check_integer_options(CLI::App &app) {
+    for (CLI::Option *o : app.get_options()) {
+        const std::string t = o->get_type_name();  // "UINT", "INT:POSITIVE", ... (validators append)
+        bool u = t.rfind("UINT", 0) == 0, i = t.rfind("INT", 0) == 0;
+        if (u || i) o->check(CLI::Validator([u](std::string &v) { return integer_fits(v, u); }, ""));
+    }
+    for (CLI::App *sub : app.get_subcommands([](CLI::App *) { return true; })) check_integer_options(*sub);
+}
+} // namespace
+
 } // namespace kpr::cli
 
 int main(int argc, char **argv) {
@@ -89,6 +121,7 @@ int main(int argc, char **argv) {
 
     std::vector<Command> commands;
     for (CommandAdder add : registered_commands()) commands.push_back(add(app, g));
+    check_integer_options(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {

@@ -110,9 +110,16 @@ TEST(BadInputs, PlanValuesOutOfRange) {
     expect_bad(in, {"plan", "--type", "q9_9", "--rows", "64", "--cols", "64"}, 2, "q9_9");
     expect_bad(in, {"plan", "--type", "q8_0", "--rows", "0", "--cols", "64"}, 2, "--rows");
     expect_bad(in, {"plan", "--type", "q8_0", "--rows", "-5", "--cols", "64"}, 2, "--rows");
-    // CLI11 clamps a number too large for uint64 to 18446744073709551615 instead of refusing it; the op
-    // then fails on its size (exit 1, one line). docs/reliability.md notes it.
-    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "99999999999999999999999", "--cols", "64"}, 1, "overflows 64 bits");
+    // CLI11 alone would clamp a number too large for uint64 to 18446744073709551615 (and wrap -1 to it); kpr
+    // checks every integer option first: a usage error naming the option and the value, never a clamped value.
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "99999999999999999999999", "--cols", "64"}, 2,
+               "--rows: 99999999999999999999999 is out of range");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "18446744073709551616"}, 2, "--cols");
+    expect_bad(in, {"plan", "--op", "gemv_grouped", "--type", "q8_0", "--rows", "64", "--cols", "64", "--experts", "-1",
+                    "--experts-used", "1"},
+               2, "--experts: -1 is negative");
+    expect_bad(in, {"bench", "--type", "q8_0", "--rows", "99999999999999999999999", "--cols", "64"}, 2, "--rows");
+    expect_bad(in, {"selftest", "--seed", "99999999999999999999999"}, 2, "--seed");
     expect_bad(in, {"plan", "--type", "f32", "--rows", "18446744073709551615", "--cols", "18446744073709551615"}, 1,
                "overflows");
     expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--device", "cuda:7"}, 1, "cuda:7");

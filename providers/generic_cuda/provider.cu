@@ -97,9 +97,14 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     offer->decline_code = KPR_OK;
     offer->prepared_bytes = cuda::gemv_scratch_bytes(op, k->float_x);
     offer->workspace_bytes = 0;
-    cuda::set_reason(offer, "%s %s, ncols %u, %s activations, a warp per %s", td->name,
+    // the layout a call takes (kpr_cuda_gemv.cuh: launch_gemv_nc), for 16-byte-aligned weights
+    const bool sm80 = dev->cc_major >= 8 && !k->float_x && op->kind == KPR_OP_GEMV;
+    const char *layout = sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
+                         : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
+                                                                               : "a row per warp";
+    cuda::set_reason(offer, "%s %s, ncols %u, %s activations, %s", td->name,
                      op->kind == KPR_OP_GEMV ? "gemv" : "grouped gemv (ids on the device)", op->ncols,
-                     k->float_x ? "float" : "q8_1", op->ncols >= 3 ? "two rows" : "row");
+                     k->float_x ? "float" : "q8_1", layout);
     return KPR_OK;
 }
 

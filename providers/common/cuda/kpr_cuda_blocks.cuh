@@ -95,8 +95,8 @@ __device__ __forceinline__ uint32_t kvalues4(uint32_t idx) {
 struct TQ8_0 {
     static constexpr uint32_t TYPE = KPR_TYPE_Q8_0, QK = 32, BS = 34, CB = 64, PARTS = 1;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab, bool EMU = false>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const XView &x,
+    template <int NC, int R, class Tab, bool EMU = false, class X = XView>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         uint32_t q[R][8];
         float d[R];
@@ -108,7 +108,7 @@ struct TQ8_0 {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[8];
-            x.words<8>(j, k0, xw);
+            x.template words<8>(j, k0, xw);
             const float dx = x.dq(j, k0);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -119,18 +119,31 @@ struct TQ8_0 {
     }
 };
 
+// IQ4_NL / IQ4_XS values split by the index's top bit, for prmt (see TQ4Like): the negated values of
+// indices 0..7 (all positive) and the values of indices 8..15 (all positive).
+constexpr uint32_t kIq4NegLo0 = 0x4153687Fu; // 127 104 83 65 (= -kvalues[0..3])
+constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
+constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
+constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
+
 template <uint32_t TYPE_ID>
 struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 0..15, high = 16..31)
     static constexpr uint32_t TYPE = TYPE_ID, QK = 32, BS = 18, CB = 128, PARTS = 1;
     static constexpr bool FLOAT_X = false;
-    __device__ __forceinline__ static uint32_t val(uint32_t nib) {
-        if constexpr (TYPE_ID == KPR_TYPE_IQ4_NL) return kvalues4(nib);
-        else return bytes_sub(nib, 0x08080808u);
-    }
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const XView &x,
+    static constexpr bool NL = TYPE_ID == KPR_TYPE_IQ4_NL;
+    // One or two columns (the decode is paid per weight, not per column):
+    // Q4_0 feeds the nibbles (0..15) to the byte dot products unsigned and takes the -8 offset out with
+    // the activations' block sum s = d_x * sum(q_x): sum((q - 8) x) = d_x * dot(q, q_x) - 8 s.
+    // IQ4_NL: the nibble pairs of a weight byte (weights i and i + 16) index two prmt tables straight
+    // from the raw word (the activation bytes are interleaved to match, one prmt per 4 activations):
+    // indices 0..7 pick -value from one table (the selector's top bit zeroes 8..15), 8..15 pick +value
+    // from the other (the selector flipped with ^ 0x8888 zeroes 0..7); dot = dot(hi) - dot(lo).
+    // Three columns and more: signed weight bytes decoded once per row and shared by the columns.
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
-        uint32_t v[R][8];
+        constexpr bool FEW = NC <= 2;
+        uint32_t v[R][8], u[R][8];
         float d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -139,19 +152,58 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
             load_words_a2<4>(w[r] + 2, q);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                v[r][i] = val(q[i] & 0x0F0F0F0Fu);
-                v[r][4 + i] = val((q[i] >> 4) & 0x0F0F0F0Fu);
+                if constexpr (NL && FEW) {
+                    const uint32_t qx = q[i] ^ 0x88888888u;
+                    v[r][2 * i] = prmt(kIq4Hi0, kIq4Hi1, qx);
+                    v[r][2 * i + 1] = prmt(kIq4Hi0, kIq4Hi1, qx >> 16);
+                    u[r][2 * i] = prmt(kIq4NegLo0, kIq4NegLo1, q[i]);
+                    u[r][2 * i + 1] = prmt(kIq4NegLo0, kIq4NegLo1, q[i] >> 16);
+                } else if constexpr (NL) {
+                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu);
+                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu);
+                    u[r][i] = u[r][4 + i] = 0;
+                } else if constexpr (FEW) {
+                    v[r][i] = q[i] & 0x0F0F0F0Fu;
+                    v[r][4 + i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+                    u[r][i] = u[r][4 + i] = 0;
+                } else {
+                    v[r][i] = bytes_sub(q[i] & 0x0F0F0F0Fu, 0x08080808u);
+                    v[r][4 + i] = bytes_sub((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+                    u[r][i] = u[r][4 + i] = 0;
+                }
             }
         }
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[8];
-            x.words<8>(j, k0, xw);
+            x.template words<8>(j, k0, xw);
             const float dx = x.dq(j, k0);
+            if constexpr (NL && FEW) {
+                int xp[8]; // activations in the nibble order: x[i], x[i + 16], x[i + 1], x[i + 17], ...
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                const int s = dot_words<8>(v[r], xw);
-                acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
+                for (int i = 0; i < 4; ++i) {
+                    xp[2 * i] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x5140u));
+                    xp[2 * i + 1] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x7362u));
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int s = dot_words<8>(v[r], xp) - dot_words<8>(u[r], xp);
+                    acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
+                }
+            } else if constexpr (!NL && FEW) {
+                const float sx = x.sq(j, k0);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int s = dot_words<8>(v[r], xw);
+                    const float t = __fmaf_rn(-8.0f, sx, __fmul_rn(dx, static_cast<float>(s)));
+                    acc[r][j] = __fmaf_rn(d[r], t, acc[r][j]);
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int s = dot_words<8>(v[r], xw);
+                    acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
+                }
             }
         }
     }
@@ -168,8 +220,8 @@ struct TQ45 {
     static constexpr uint32_t BS = TYPE_ID == KPR_TYPE_Q4_1 ? 20 : TYPE_ID == KPR_TYPE_Q5_0 ? 22 : 24;
     static constexpr uint32_t CB = 64, PARTS = 1;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         uint32_t v[R][8];
         float d[R], m[R];
@@ -212,7 +264,7 @@ struct TQ45 {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[8];
-            x.words<8>(j, k0, xw);
+            x.template words<8>(j, k0, xw);
             const float dx = x.dq(j, k0);
             const float sx = HAS_M ? x.sq(j, k0) : 0.0f;
 #pragma unroll
@@ -241,13 +293,31 @@ __device__ __forceinline__ void k4_scale_min(const uint8_t *s, int j, int &sc, i
     }
 }
 
+// The scales and mins of sub-blocks 2c and 2c + 1 (c = 0..3), without branches: all eight 6-bit scales
+// and mins assembled as bytes from the three 4-byte-aligned words of the 12 packed bytes, then the two
+// wanted bytes picked with prmt (the same values as k4_scale_min).
+__device__ __forceinline__ void k4_scale_min_pair(const uint8_t *s, uint32_t c, int &sc0, int &m0, int &sc1,
+                                                  int &m1) {
+    uint32_t w[3];
+    load_words_a2<3>(s, w);
+    const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t sel = (2 * c) | ((2 * c + 1) << 4);
+    const uint32_t scp = prmt(sc_lo, sc_hi, sel), mp = prmt(m_lo, m_hi, sel);
+    sc0 = static_cast<int>(scp & 0xFFu);
+    sc1 = static_cast<int>((scp >> 8) & 0xFFu);
+    m0 = static_cast<int>(mp & 0xFFu);
+    m1 = static_cast<int>((mp >> 8) & 0xFFu);
+}
+
 template <uint32_t TYPE_ID>
 struct TQ45K { // Q4_K and Q5_K
     static constexpr bool Q5 = TYPE_ID == KPR_TYPE_Q5_K;
     static constexpr uint32_t TYPE = TYPE_ID, QK = 256, BS = Q5 ? 176 : 144, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t c, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t c, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         uint32_t lo[R][8], hi[R][8];
         float d0[R], d1[R], m0[R], m1[R];
@@ -257,8 +327,7 @@ struct TQ45K { // Q4_K and Q5_K
             const float d = f16_to_float(load_u16(p));
             const float dmin = f16_to_float(load_u16(p + 2));
             int sc0, mm0, sc1, mm1;
-            k4_scale_min(p + 4, 2 * c, sc0, mm0);
-            k4_scale_min(p + 4, 2 * c + 1, sc1, mm1);
+            k4_scale_min_pair(p + 4, c, sc0, mm0, sc1, mm1);
             d0[r] = __fmul_rn(d, static_cast<float>(sc0));
             d1[r] = __fmul_rn(d, static_cast<float>(sc1));
             m0[r] = __fmul_rn(dmin, static_cast<float>(mm0));
@@ -286,7 +355,7 @@ struct TQ45K { // Q4_K and Q5_K
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
             const float sx0 = x.sq(j, k0), sx1 = x.sq(j, k0 + 32);
 #pragma unroll
@@ -309,8 +378,8 @@ using TQ5_K = TQ45K<KPR_TYPE_Q5_K>;
 struct TQ2_K {
     static constexpr uint32_t TYPE = KPR_TYPE_Q2_K, QK = 256, BS = 84, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         const uint32_t h = part / 2, t0 = 2 * (part % 2);
         uint32_t v[R][16];
@@ -337,7 +406,7 @@ struct TQ2_K {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             float dx[2];
             int sx[4];
             dx[0] = x.dq(j, k0);
@@ -369,8 +438,8 @@ __device__ __forceinline__ int q3k_scale(const uint8_t *s, int i) {
 struct TQ3_K {
     static constexpr uint32_t TYPE = KPR_TYPE_Q3_K, QK = 256, BS = 110, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         const uint32_t h = part / 2, j0 = 2 * (part % 2);
         uint32_t v[R][16];
@@ -400,7 +469,7 @@ struct TQ3_K {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -419,8 +488,8 @@ struct TQ3_K {
 struct TQ6_K {
     static constexpr uint32_t TYPE = KPR_TYPE_Q6_K, QK = 256, BS = 210, CB = 8, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         const uint32_t h = part / 2, hi = part % 2;
         uint32_t v[R][16];
@@ -451,7 +520,7 @@ struct TQ6_K {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -470,8 +539,8 @@ struct TQ6_K {
 struct TIQ4_XS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ4_XS, QK = 256, BS = 136, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         uint32_t v[R][16];
         float ds[R][2];
@@ -497,7 +566,7 @@ struct TIQ4_XS {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -511,16 +580,18 @@ struct TIQ4_XS {
 };
 
 // ---- IQ3 types: table lookups go through a Tab policy ------------------------------------------
-// Tab provides grid_xxs(i), grid_s(i), mask_xxs(sign7, half), mask_s(signbyte, half); mask words hold
-// 0xFF in the bytes whose weights are negative. TabGlobal (generic_cuda) reads the grids from global
-// memory through the read-only cache and computes the masks; iq_stage_tables stages all four in shared
-// memory. Both yield the same integers, so the same arithmetic follows.
+// Tab provides grid_xxs(i), grid_s(i) and sgn_xxs(g, sign7, half), sgn_s(g, signbyte, half): the grid
+// word with the signs of its four weights applied (every policy yields the same integers). TabGlobal
+// (generic_cuda) reads the grids through the read-only cache and computes the sign masks (prmt and a
+// per-byte select); iq_stage_tables stages grids and masks in shared memory. The integers are the
+// same, so the same arithmetic follows. (Grids replicated 16-32 times in shared memory, one copy per
+// bank group, measured slower than __ldg on the H200 in the 4-row kernel.)
 
 struct TIQ3_XXS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 98, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         uint32_t v[R][16];
         float ds[R][2];
@@ -541,15 +612,15 @@ struct TIQ3_XXS {
                     const uint32_t iw = idx[2 * u + l / 2];
                     const uint32_t i0 = (iw >> (16 * (l % 2))) & 0xFFu;
                     const uint32_t i1 = (iw >> (16 * (l % 2) + 8)) & 0xFFu;
-                    v[r][8 * u + 2 * l] = apply_sign_mask(tab.grid_xxs(i0), tab.mask_xxs(sg, 0));
-                    v[r][8 * u + 2 * l + 1] = apply_sign_mask(tab.grid_xxs(i1), tab.mask_xxs(sg, 1));
+                    v[r][8 * u + 2 * l] = tab.sgn_xxs(tab.grid_xxs(i0), sg, 0);
+                    v[r][8 * u + 2 * l + 1] = tab.sgn_xxs(tab.grid_xxs(i1), sg, 1);
                 }
             }
         }
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -565,8 +636,8 @@ struct TIQ3_XXS {
 struct TIQ3_S {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ3_S, QK = 256, BS = 110, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         uint32_t v[R][16];
         float ds[R][2];
@@ -589,14 +660,14 @@ struct TIQ3_S {
                     const uint32_t iw = idx[2 * u + k / 4];
                     const uint32_t gi = ((iw >> (8 * (k % 4))) & 0xFFu) | (((qh >> k) & 1u) << 8);
                     const uint32_t sb = (sg[u] >> (8 * (k / 2))) & 0xFFu;
-                    v[r][8 * u + k] = apply_sign_mask(tab.grid_s(gi), tab.mask_s(sb, k % 2));
+                    v[r][8 * u + k] = tab.sgn_s(tab.grid_s(gi), sb, k % 2);
                 }
             }
         }
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             int xw[16];
-            x.words<16>(j, k0, xw);
+            x.template words<16>(j, k0, xw);
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -618,8 +689,8 @@ struct TFloat {
     static constexpr uint32_t CB = F32 ? 16 : 32, PARTS = F32 ? 4 : 2; // an item is 8 (f32) or 16 weights
     static constexpr bool FLOAT_X = true;
     static constexpr int EPI = QK / PARTS;
-    template <int NC, int R, class Tab>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const XView &x,
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &, float (&acc)[R][NC]) {
         float wv[R][EPI];
 #pragma unroll
@@ -642,7 +713,7 @@ struct TFloat {
 #pragma unroll
         for (int j = 0; j < NC; ++j) {
             float xv[EPI];
-            x.floats<EPI>(j, k0, xv);
+            x.template floats<EPI>(j, k0, xv);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float t = acc[r][j];
@@ -661,16 +732,26 @@ using TBF16 = TFloat<KPR_TYPE_BF16>;
 static __device__ const uint32_t g_iq3xxs_grid[256] = KPR_IQ3XXS_GRID_INIT;
 static __device__ const uint32_t g_iq3s_grid[512] = KPR_IQ3S_GRID_INIT;
 
+// Sign application shared by the policies that compute the masks: a prmt turns 4 sign bits into a
+// byte mask, then a per-byte select between g and -g. Gives the same integers as
+// apply_sign_mask(g, mask table entry) (the staged tables of iq_stage_tables).
+__device__ __forceinline__ uint32_t sgn_xxs_computed(uint32_t g, uint32_t s7, uint32_t half) {
+    const uint32_t s8 = s7 | ((__popc(s7) & 1u) << 7); // ksigns_iq2xs[s7]
+    return select_neg(g, nibble_to_bytemask_prmt((s8 >> (4 * half)) & 0xFu));
+}
+__device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint32_t half) {
+    return select_neg(g, nibble_to_bytemask_prmt((b >> (4 * half)) & 0xFu));
+}
+
 struct TabGlobal {
     __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{}; }
     __device__ __forceinline__ uint32_t grid_xxs(uint32_t i) const { return __ldg(&g_iq3xxs_grid[i]); }
     __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return __ldg(&g_iq3s_grid[i]); }
-    __device__ __forceinline__ uint32_t mask_xxs(uint32_t s7, uint32_t half) const {
-        const uint32_t s8 = s7 | ((__popc(s7) & 1u) << 7); // ksigns_iq2xs[s7]
-        return nibble_to_bytemask((s8 >> (4 * half)) & 0xFu);
+    __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
+        return sgn_xxs_computed(g, s7, half);
     }
-    __device__ __forceinline__ uint32_t mask_s(uint32_t b, uint32_t half) const {
-        return nibble_to_bytemask((b >> (4 * half)) & 0xFu);
+    __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {
+        return sgn_s_computed(g, b, half);
     }
 };
 
@@ -698,8 +779,11 @@ struct TabSharedXXS {
     }
     __device__ __forceinline__ uint32_t grid_xxs(uint32_t i) const { return grid[i]; }
     __device__ __forceinline__ uint32_t mask_xxs(uint32_t s7, uint32_t half) const { return mask[half * 128 + s7]; }
+    __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
+        return apply_sign_mask(g, mask_xxs(s7, half));
+    }
     __device__ __forceinline__ uint32_t grid_s(uint32_t) const { return 0; }
-    __device__ __forceinline__ uint32_t mask_s(uint32_t, uint32_t) const { return 0; }
+    __device__ __forceinline__ uint32_t sgn_s(uint32_t, uint32_t, uint32_t) const { return 0; }
 };
 
 struct TabSharedS {
@@ -717,8 +801,11 @@ struct TabSharedS {
     }
     __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return grid[i]; }
     __device__ __forceinline__ uint32_t mask_s(uint32_t b, uint32_t half) const { return mask[half * 256 + b]; }
+    __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {
+        return apply_sign_mask(g, mask_s(b, half));
+    }
     __device__ __forceinline__ uint32_t grid_xxs(uint32_t) const { return 0; }
-    __device__ __forceinline__ uint32_t mask_xxs(uint32_t, uint32_t) const { return 0; }
+    __device__ __forceinline__ uint32_t sgn_xxs(uint32_t, uint32_t, uint32_t) const { return 0; }
 };
 
 } // namespace kpr::cuda

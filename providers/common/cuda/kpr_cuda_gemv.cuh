@@ -14,6 +14,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace kpr::cuda {
@@ -33,21 +35,30 @@ struct GemvArgs {
     uint32_t aligned;      // w, row_bytes and expert_bytes are multiples of 16
     XView x;
     float *y;
+    // activation quantization (by the launcher) and the layouts for compute capability 8.0+
+    const float *xf;       // float activations to quantize into x's q8_1 scratch
+    size_t xq_n;           // values to quantize (0: x already holds q8_1, or float activations)
+    uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
+                           // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
+    uint32_t sms;          // multiprocessors
+    uint32_t smem_optin;   // shared memory per block, opt-in maximum
+    uint32_t gpb;          // 4-row kernel: row groups per block (set by the launcher)
 };
 
-template <class T>
+template <class T, int R>
 struct ChunkGeom {
-    static constexpr uint32_t BYTES = T::CB * T::BS;
+    static constexpr uint32_t CB = T::CB;
+    static constexpr uint32_t BYTES = CB * T::BS;
     static constexpr uint32_t NV = (BYTES + 15) / 16;   // 16-byte vectors per row chunk
     static constexpr uint32_t VPL = (NV + 31) / 32;     // per lane
     static constexpr uint32_t SMEM_ROW = NV * 16 + 16;  // + slack for 2-byte-aligned word reads
-    static constexpr uint32_t ITEMS = T::CB * T::PARTS / 32;
+    static constexpr uint32_t ITEMS = CB * T::PARTS / 32;
     static constexpr uint32_t EPI = T::QK / T::PARTS;
     // cp.async stages (compute capability 8.0+): 3 while a warp's chunk is small, else 2 (static shared
-    // memory stays under 48 KiB per block and 4096 rows stay resident in one wave on 132 SMs)
-    template <int R>
+    // memory stays under 48 KiB per block and 4096 rows stay resident in one wave on 132 SMs). Deeper
+    // rings (up to 6 stages in 27 KiB per block) and halved chunks measured no faster on the H200.
     static constexpr uint32_t stages() { return SMEM_ROW * R <= 2200 ? 3 : 2; }
-    static_assert(T::CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
+    static_assert(CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
 };
 
 // Unaligned fallback: the same 16 bytes, fetched 2 bytes at a time (blocks are 2-byte aligned).
@@ -72,12 +83,11 @@ struct GemvOcc {
 };
 
 template <class T, int NC, int R, class Tab>
-__global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
-    gemv_rows_kernel(const GemvArgs a) {
-    using G = ChunkGeom<T>;
+__device__ __forceinline__ void gemv_rows_body(const GemvArgs &a) {
+    using G = ChunkGeom<T, R>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     constexpr bool kAsync = true; // cp.async ring of stages
-    constexpr uint32_t S = G::template stages<R>();
+    constexpr uint32_t S = G::stages();
 #else
     constexpr bool kAsync = false; // registers hold the next chunk
     constexpr uint32_t S = 1;
@@ -113,7 +123,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
         rp[r] = wbase + static_cast<uint64_t>(rr) * a.row_bytes;
     }
 
-    const uint32_t nchunks = (a.nb + T::CB - 1) / T::CB;
+    const uint32_t nchunks = (a.nb + G::CB - 1) / G::CB;
 
     float acc[R][NC];
 #pragma unroll
@@ -123,7 +133,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
 
     // decode chunk c from stage st: the lane's items in a fixed order (the same in both paths)
     auto compute = [&](uint32_t c, uint32_t st) {
-        const uint32_t nblk = min(T::CB, a.nb - c * T::CB);
+        const uint32_t nblk = min(G::CB, a.nb - c * G::CB);
 #pragma unroll
         for (int t = 0; t < static_cast<int>(G::ITEMS); ++t) {
             const uint32_t it = lane + 32u * t;
@@ -132,7 +142,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                 const uint8_t *wp[R];
 #pragma unroll
                 for (int r = 0; r < R; ++r) wp[r] = &smem[warp][st][r][b * T::BS];
-                const uint32_t k0 = (c * T::CB + b) * T::QK + part * G::EPI;
+                const uint32_t k0 = (c * G::CB + b) * T::QK + part * G::EPI;
                 T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
             }
         }
@@ -143,7 +153,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
         auto issue = [&](uint32_t c) {
             const uint32_t st = c % S;
             const uint64_t off = static_cast<uint64_t>(c) * G::BYTES;
-            const uint32_t bytes = min(G::BYTES, (a.nb - c * T::CB) * T::BS);
+            const uint32_t bytes = min(G::BYTES, (a.nb - c * G::CB) * T::BS);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -171,7 +181,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
         uint4 buf[R][G::VPL];
         auto fetch = [&](uint32_t c) {
             const uint64_t off = static_cast<uint64_t>(c) * G::BYTES;
-            const uint32_t bytes = min(G::BYTES, (a.nb - c * T::CB) * T::BS);
+            const uint32_t bytes = min(G::BYTES, (a.nb - c * G::CB) * T::BS);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -213,7 +223,20 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     }
 }
 
-// Rows per warp for NC columns: two rows share each activation load once there are several columns.
+template <class T, int NC, int R, class Tab>
+__global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
+    gemv_rows_kernel(const GemvArgs a) {
+#if defined(__CUDA_ARCH__) && KPR_ARCH < 800
+    // two rows per warp at 1-2 columns are launched on 8.0+ only (launch_row_nc): no code below 8.0,
+    // where the register-staged path would need the registers of a second row
+    if constexpr (NC <= 2 && R == 2) return;
+    else
+#endif
+        gemv_rows_body<T, NC, R, Tab>(a);
+}
+
+// Rows per warp for NC columns: two rows share each activation load once there are several columns
+// (launch_row_nc also takes two rows at 1-2 columns where a.sm80).
 template <int NC>
 constexpr int rows_per_warp() {
     return NC >= 3 ? 2 : 1;
@@ -222,9 +245,8 @@ constexpr int rows_per_warp() {
 // Launches gemv_rows_kernel<T, NC, R, Tab>: grid.x covers the rows, grid.y the grouped tasks.
 // `pdl`: launch with programmatic stream serialization (compute capability 9.0: the kernel may start
 // while the activation quantizer finishes).
-template <class T, int NC, class Tab>
+template <class T, int NC, class Tab, int R = rows_per_warp<NC>()>
 cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t stream) {
-    constexpr int R = rows_per_warp<NC>();
     const uint32_t rows_per_block = kGemvWarps * R;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks, 1);
@@ -239,12 +261,216 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
     return cudaLaunchKernelEx(&cfg, gemv_rows_kernel<T, NC, R, Tab>, a);
 }
 
-// Dispatch on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1).
+// ---- the 4-row kernel (compute capability 8.0+, plain GEMV of a 256-weight-block type, ncols >= 3) ---
+//
+// One block of 8 warps per multiprocessor, each block owning a contiguous range of row groups of 4 rows;
+// a warp takes consecutive groups and streams their chunks (half the row kernel's chunk) through its own
+// cp.async ring of up to 6 stages (about 24 KiB per warp), across group boundaries. The four rows share
+// every activation load (the row kernel shares one between two), which is what the K and IQ types need
+// at several columns. Activations quantized by quantize_act_q8_1, read through L1.
+constexpr int kQuadRows = 4, kQuadWarps = 8;
+
+template <class T>
+struct QuadCfg {
+    static constexpr int R = kQuadRows, W = kQuadWarps;
+    static constexpr uint32_t CB = ((T::CB / 2) * T::PARTS % 32 == 0) ? T::CB / 2 : T::CB;
+    static constexpr uint32_t BYTES = CB * T::BS;
+    static constexpr uint32_t NV = (BYTES + 15) / 16;
+    static constexpr uint32_t VPL = (NV + 31) / 32;
+    static constexpr uint32_t SMEM_ROW = NV * 16 + 16;
+    static constexpr uint32_t ITEMS = CB * T::PARTS / 32;
+    static constexpr uint32_t EPI = T::QK / T::PARTS;
+    static constexpr uint32_t S0 = 24576 / (R * SMEM_ROW);
+    static constexpr uint32_t S = S0 < 2 ? 2 : S0 > 6 ? 6 : S0;
+    static constexpr uint32_t RING = W * S * R * SMEM_ROW;
+    // static shared memory a table policy may add (iq_stage_tables: up to 4 KiB); by type, so that
+    // providers that differ only in the policy take the same path (and produce the same bits)
+    static constexpr uint32_t STATIC_RESERVE =
+        (T::TYPE == KPR_TYPE_IQ3_XXS || T::TYPE == KPR_TYPE_IQ3_S) ? 8 * 1024 : 1024;
+    static_assert(CB * T::PARTS % 32 == 0);
+};
+
+template <class T, int NC, class Tab>
+__global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const GemvArgs a) {
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    using C = QuadCfg<T>;
+    constexpr int R = C::R, W = C::W;
+    extern __shared__ __align__(16) uint8_t dsm[];
+    const Tab tab = Tab::prologue();
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    auto stage = [&](uint32_t st, int r) { return dsm + ((warp * C::S + st) * R + r) * C::SMEM_ROW; };
+
+    const uint32_t groups = (a.rows + R - 1) / R;
+    const uint32_t gb0 = blockIdx.x * a.gpb, gb1 = min(groups, gb0 + a.gpb);
+    const uint32_t ng = gb0 + warp < gb1 ? (gb1 - gb0 - warp + W - 1) / W : 0;
+    const uint32_t nch = (a.nb + C::CB - 1) / C::CB;
+    const uint32_t total = ng * nch;
+
+    auto issue = [&](uint32_t sidx) {
+        const uint32_t gi = sidx / nch, c = sidx - gi * nch;
+        const uint32_t g = gb0 + warp + W * gi;
+        const uint32_t st = sidx % C::S;
+        const uint64_t off = static_cast<uint64_t>(c) * C::BYTES;
+        const uint32_t bytes = min(C::BYTES, (a.nb - c * C::CB) * T::BS);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint32_t row = min(g * R + r, a.rows - 1);
+            const uint8_t *src = a.w + static_cast<uint64_t>(row) * a.row_bytes + off;
+            uint8_t *dst = stage(st, r);
+#pragma unroll
+            for (int i = 0; i < static_cast<int>(C::VPL); ++i) {
+                const uint32_t v = lane + 32u * i;
+                if (v < C::NV && 16u * v < bytes) cp_async16(dst + 16u * v, src + 16u * v);
+            }
+        }
+    };
+#pragma unroll
+    for (uint32_t c = 0; c + 1 < C::S; ++c) {
+        if (c < total) issue(c);
+        cp_async_commit();
+    }
+    pdl_wait();              // the activations are written by the quantizer before this kernel
+    pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
+
+    float acc[R][NC];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < NC; ++j) acc[r][j] = 0.0f;
+
+    for (uint32_t sidx = 0; sidx < total; ++sidx) {
+        if (sidx + C::S - 1 < total) issue(sidx + C::S - 1);
+        cp_async_commit();
+        cp_async_wait<C::S - 1>();
+        __syncwarp();
+        const uint32_t gi = sidx / nch, c = sidx - gi * nch, st = sidx % C::S;
+        const uint32_t nblk = min(C::CB, a.nb - c * C::CB);
+#pragma unroll
+        for (int t = 0; t < static_cast<int>(C::ITEMS); ++t) {
+            const uint32_t it = lane + 32u * t;
+            const uint32_t b = it / T::PARTS, part = it % T::PARTS;
+            if (b < nblk) {
+                const uint8_t *wp[R];
+#pragma unroll
+                for (int r = 0; r < R; ++r) wp[r] = stage(st, r) + b * T::BS;
+                const uint32_t k0 = (c * C::CB + b) * T::QK + part * C::EPI;
+                T::template item<NC, R, Tab>(wp, part, a.x, k0, tab, acc);
+            }
+        }
+        __syncwarp(); // stage st is refilled by a later issue
+        if (c == nch - 1) {
+            const uint32_t row0 = (gb0 + warp + W * gi) * R;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+#pragma unroll
+                for (int j = 0; j < NC; ++j) {
+                    const float v = warp_sum(acc[r][j]);
+                    if (lane == 0 && row0 + r < a.rows) a.y[static_cast<uint64_t>(j) * a.rows + row0 + r] = v;
+                    acc[r][j] = 0.0f;
+                }
+            }
+        }
+    }
+#endif
+}
+
+// The quantizer launch (q8_1 into x's scratch), with programmatic dependent launch where asked.
+inline cudaError_t launch_quantizer(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>((a.xq_n + 255) / 256), 1, 1);
+    cfg.blockDim = dim3(256, 1, 1);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, quantize_act_q8_1, a.xf, a.xq_n, const_cast<int8_t *>(a.x.q),
+                              const_cast<float *>(a.x.d), const_cast<float *>(a.x.s));
+}
+
+// Launches the quantizer and the 4-row kernel for NC columns. cudaErrorNotSupported: the shapes do
+// not fit (the caller takes the row kernel).
+template <class T, int NC, class Tab>
+cudaError_t launch_quad(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    using C = QuadCfg<T>;
+    const size_t dyn = C::RING;
+    if (dyn + C::STATIC_RESERVE > a.smem_optin || a.sms == 0) return cudaErrorNotSupported;
+    auto k = gemv_quad_kernel<T, NC, Tab>;
+    static std::atomic<uint32_t> set_bytes[64];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64 || set_bytes[dev].load(std::memory_order_relaxed) < dyn) {
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn));
+        if (e != cudaSuccess) return e;
+        if (dev >= 0 && dev < 64) set_bytes[dev].store(static_cast<uint32_t>(dyn), std::memory_order_relaxed);
+    }
+    if (a.xq_n != 0) {
+        e = launch_quantizer(a, pdl, stream);
+        if (e != cudaSuccess) return e;
+    }
+    GemvArgs b = a;
+    const uint32_t groups = (a.rows + C::R - 1) / C::R;
+    b.gpb = (groups + a.sms - 1) / a.sms;
+    const uint32_t grid = (groups + b.gpb - 1) / b.gpb;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid, 1, 1);
+    cfg.blockDim = dim3(32 * C::W, 1, 1);
+    cfg.dynamicSmemBytes = dyn;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, b);
+}
+
+template <class T, class Tab>
+cudaError_t launch_quad_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
+    switch (ncols) {
+    case 3: return launch_quad<T, 3, Tab>(a, pdl, s);
+    case 4: return launch_quad<T, 4, Tab>(a, pdl, s);
+    case 5: return launch_quad<T, 5, Tab>(a, pdl, s);
+    case 6: return launch_quad<T, 6, Tab>(a, pdl, s);
+    case 7: return launch_quad<T, 7, Tab>(a, pdl, s);
+    case 8: return launch_quad<T, 8, Tab>(a, pdl, s);
+    default: return cudaErrorNotSupported;
+    }
+}
+
+template <class T, class Tab>
+cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s);
+
+// Dispatch: the 4-row kernel for 3..8 columns of a 256-weight-block type where it applies (a.sm80:
+// compute capability 8.0+, aligned rows, plain GEMV), else the quantizer (when a.xq_n) and the row
+// kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
+// per warp at one and two columns where a.sm80 (one row per warp elsewhere: the register-staged path
+// below 8.0 keeps its registers). `pdl`: launch with programmatic stream serialization (9.0).
 template <class T, class Tab>
 cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
+    if constexpr (!T::FLOAT_X && T::QK == 256) {
+        if (a.sm80 && tasks == 1 && a.ids == nullptr && ncols >= 3) {
+            const cudaError_t e = launch_quad_nc<T, Tab>(a, ncols, pdl, s);
+            if (e != cudaErrorNotSupported) return e;
+        }
+    }
+    if (a.xq_n != 0) {
+        const cudaError_t e = launch_quantizer(a, pdl, s);
+        if (e != cudaSuccess) return e;
+    }
+    return launch_row_nc<T, Tab>(a, ncols, tasks, pdl, s);
+}
+
+// The row kernel alone, on the runtime column count.
+// Dispatch on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1).
+template <class T, class Tab>
+cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
+    const bool two = a.sm80 && tasks == 1 && a.ids == nullptr;
     switch (ncols) {
-    case 1: return launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
-    case 2: return launch_gemv<T, 2, Tab>(a, tasks, pdl, s);
+    case 1: return two ? launch_gemv<T, 1, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
+    case 2: return two ? launch_gemv<T, 2, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 2, Tab>(a, tasks, pdl, s);
     case 3: return launch_gemv<T, 3, Tab>(a, tasks, pdl, s);
     case 4: return launch_gemv<T, 4, Tab>(a, tasks, pdl, s);
     case 5: return launch_gemv<T, 5, Tab>(a, tasks, pdl, s);

@@ -22,6 +22,9 @@ struct GemvPrepared {
     bool pdl = false;
     bool aligned = false;
     bool float_x = false;
+    bool sm80 = false;       // the 8.0+ layouts may run (compute capability 8.0+, 16-byte aligned rows)
+    uint32_t sms = 0;
+    uint32_t smem_optin = 0; // shared memory per block, opt-in maximum
     GemvLaunchFn launch = nullptr;
     std::unique_ptr<StreamScratch> scratch;
 };
@@ -57,6 +60,11 @@ inline kpr_status gemv_prepare(const kpr_op_desc *op, const kpr_device_desc *dev
     const uint64_t exp_bytes = op->rows * rb;
     p->aligned = (reinterpret_cast<uintptr_t>(wt->data) % 16 == 0) && rb % 16 == 0 && exp_bytes % 16 == 0;
     p->float_x = float_x;
+    p->sms = dev->sm_count;
+    int optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev->ordinal) != cudaSuccess) optin = 0;
+    p->smem_optin = optin > 0 ? static_cast<uint32_t>(optin) : 0;
+    p->sm80 = dev->cc_major >= 8 && p->aligned && !float_x && op->kind == KPR_OP_GEMV && p->sms > 0;
     p->launch = launch;
     p->scratch.reset(new (std::nothrow) StreamScratch(gemv_scratch_bytes(op, float_x)));
     if (!p->scratch) return fail(err, KPR_ERR_OUT_OF_MEMORY, "prepare: host allocation failed");
@@ -96,6 +104,9 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     a.y = args->y;
     a.x.cols = static_cast<uint32_t>(cols);
     a.x.vbase = 0;
+    a.sm80 = p.sm80 ? 1u : 0u;
+    a.sms = p.sms;
+    a.smem_optin = p.smem_optin;
     bool pdl = false;
     if (p.float_x) {
         const float *xf = args->x;
@@ -106,24 +117,13 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         }
         a.x.f = xf;
     } else {
+        // the launcher quantizes x into the scratch (quantize_act_q8_1) before the GEMV kernel
         const ActQ8 v = act_q8_view(scratch, nvec, cols);
-        const size_t n = size_t(nvec) * cols;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(static_cast<unsigned>((n + 255) / 256), 1, 1);
-        cfg.blockDim = dim3(256, 1, 1);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = p.pdl ? 1 : 0;
-        e = cudaLaunchKernelEx(&cfg, quantize_act_q8_1, args->x, n, const_cast<int8_t *>(v.q),
-                               const_cast<float *>(v.d), const_cast<float *>(v.s));
-        if (e == cudaSuccess) e = cudaGetLastError();
-        if (e != cudaSuccess) return cuda_fail(err, e, "run: activation quantizer launch");
         a.x.q = v.q;
         a.x.d = v.d;
         a.x.s = v.s;
+        a.xf = args->x;
+        a.xq_n = size_t(nvec) * cols;
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;

@@ -100,6 +100,27 @@ __device__ __forceinline__ void load_words_a16(const uint8_t *p, uint32_t (&out)
     }
 }
 
+// PTX prmt in its generic mode: bytes of {b, a} picked by the four selector nibbles of c; a nibble
+// with its top bit set replicates the sign bit of the picked byte (0x00 / 0xFF) instead of copying it.
+// (__byte_perm is documented to use only the low three bits of each nibble.)
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// Four bits -> four bytes of 0x00 / 0xFF: bit j lands on bit 8j + 7 (the copies of the nibble that
+// the multiply makes are 7 bits apart, so none overlaps and nothing carries), then prmt replicates it.
+__device__ __forceinline__ uint32_t nibble_to_bytemask_prmt(uint32_t nib) {
+    return prmt(nib * 0x10204080u, 0u, 0xBA98u);
+}
+
+// Per-byte sign select: bytes of g where m is 0x00, of -g where m is 0xFF (g's bytes in 1..127).
+__device__ __forceinline__ uint32_t select_neg(uint32_t g, uint32_t m) {
+    const uint32_t ng = 0x01010100u - g; // per-byte negation: no byte of g is 0, so no borrow crosses
+    return (g & ~m) | (ng & m);
+}
+
 // Four bits -> four bytes of 0x00 / 0xFF (bit j -> byte j).
 __device__ __forceinline__ uint32_t nibble_to_bytemask(uint32_t nib) {
     return ((nib * 0x00204081u) & 0x01010101u) * 0xFFu;

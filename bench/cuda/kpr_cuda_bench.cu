@@ -289,7 +289,10 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
             kpr::cuda::quantize_act_q8_1<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
                 dx, n, const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
         };
-        auto gemv = [&](uint32_t c, bool pdl) {
+        int sms = 0, optin = 0;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+        auto args = [&](uint32_t c) {
             kpr::cuda::GemvArgs a{};
             a.w = dw + uint64_t(c) * wbytes;
             a.row_bytes = rb;
@@ -303,7 +306,21 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
             a.x.s = v.s;
             a.x.cols = static_cast<uint32_t>(cols);
             a.y = dy;
-            kpr::cuda::launch_gemv_nc<T, kpr::cuda::TabGlobal>(a, nc, 1, pdl, s);
+            a.sms = static_cast<uint32_t>(sms);
+            a.smem_optin = static_cast<uint32_t>(optin);
+            return a;
+        };
+        auto gemv = [&](uint32_t c, bool pdl) { // the row kernel, x already quantized
+            kpr::cuda::launch_gemv_nc<T, kpr::cuda::TabGlobal>(args(c), nc, 1, pdl, s);
+        };
+        auto dispatched = [&](uint32_t c, bool with_quantizer) { // what a generic_cuda call launches on 8.0+
+            kpr::cuda::GemvArgs a = args(c);
+            a.sm80 = 1;
+            if (with_quantizer) {
+                a.xf = dx;
+                a.xq_n = n;
+            }
+            kpr::cuda::launch_gemv_nc<T, kpr::cuda::TabGlobal>(a, nc, 1, true, s);
         };
         auto time_graph = [&](auto body) {
             const uint32_t iters = 200;
@@ -338,6 +355,34 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
         std::printf("breakdown %s n%u: quantize %.1f us, gemv alone %.1f us (%.2f of bw), both %.1f us, both with PDL "
                     "%.1f us; floor at bw %.1f us\n",
                     tname, nc, tq, tg, wbytes / (tg * 1e-6) / 1e9 / bw, tb, tp, wbytes / bw / 1e3);
+        if (nc == 1) { // the row kernel with two rows per warp at one column (the activation loads halve)
+            const double t2 = time_graph([&](uint32_t c) { kpr::cuda::launch_gemv<T, 1, kpr::cuda::TabGlobal, 2>(args(c), 1, false, s); });
+            const double t2p = time_graph([&](uint32_t c) {
+                quant();
+                kpr::cuda::launch_gemv<T, 1, kpr::cuda::TabGlobal, 2>(args(c), 1, true, s);
+            });
+            std::printf("2 rows    %s n1: gemv alone %.1f us (%.2f of bw), with the quantizer and PDL %.1f us (%.2f of bw)\n",
+                        tname, t2, wbytes / (t2 * 1e-6) / 1e9 / bw, t2p, wbytes / (t2p * 1e-6) / 1e9 / bw);
+        }
+        if constexpr (T::QK == 256) {
+            if (nc >= 3) {
+                const double tfa = time_graph([&](uint32_t c) { dispatched(c, false); });
+                const double tfc = time_graph([&](uint32_t c) { dispatched(c, true); });
+                std::printf("4-row     %s n%u: kernel alone (x quantized before) %.1f us (%.2f of bw); with the quantizer %.1f "
+                            "us (%.2f of bw)\n",
+                            tname, nc, tfa, wbytes / (tfa * 1e-6) / 1e9 / bw, tfc, wbytes / (tfc * 1e-6) / 1e9 / bw);
+                if constexpr (T::TYPE == KPR_TYPE_IQ3_XXS || T::TYPE == KPR_TYPE_IQ3_S) {
+                    const double tt = time_graph([&](uint32_t c) {
+                        kpr::cuda::GemvArgs a = args(c);
+                        a.xf = dx;
+                        a.xq_n = n;
+                        kpr::cuda::launch_quad<T, 8, kpr::cuda::TabGlobal>(a, true, s);
+                    });
+                    std::printf("4-row     %s n8 through launch_quad directly (TabGlobal): with the quantizer %.1f us (%.2f of bw)\n",
+                                tname, tt, wbytes / (tt * 1e-6) / 1e9 / bw);
+                }
+            }
+        }
         std::fflush(stdout);
         cudaFree(dx);
         cudaFree(dy);
@@ -417,7 +462,9 @@ int main(int argc, char **argv) {
         breakdown<kpr::cuda::TQ8_0>("q8_0", bw, s);
         breakdown<kpr::cuda::TQ4_0>("q4_0", bw, s);
         breakdown<kpr::cuda::TQ4_K>("q4_K", bw, s);
+        breakdown<kpr::cuda::TIQ4_NL>("iq4_nl", bw, s);
         breakdown<kpr::cuda::TIQ3_XXS>("iq3_xxs", bw, s);
+        breakdown<kpr::cuda::TIQ3_S>("iq3_s", bw, s);
         return 0;
     }
     std::printf("| provider | type | shape | ncols | time (us) | GB/s | fraction of read bw | host-launched (us) |\n");

@@ -187,8 +187,15 @@ CommandResult run_command(const std::vector<std::string> &argv,
                           const std::vector<std::pair<std::string, std::string>> &env, int timeout_s) {
     CommandResult r;
     std::vector<std::string> envs;
+    // Inherit the environment without KPR_* and without the variables the caller sets (a duplicate would
+    // be read first by getenv, hiding the caller's value: e.g. ASAN_OPTIONS under a sanitizer run).
+    auto named = [&](const char *e) {
+        for (auto &kv : env)
+            if (std::strncmp(e, kv.first.c_str(), kv.first.size()) == 0 && e[kv.first.size()] == '=') return true;
+        return false;
+    };
     for (char **e = environ; e && *e; ++e)
-        if (std::strncmp(*e, "KPR_", 4) != 0) envs.emplace_back(*e);
+        if (std::strncmp(*e, "KPR_", 4) != 0 && !named(*e)) envs.emplace_back(*e);
     for (auto &[k, v] : env) envs.push_back(k + "=" + v);
     std::vector<char *> cenv, cargv;
     for (auto &s : envs) cenv.push_back(s.data());

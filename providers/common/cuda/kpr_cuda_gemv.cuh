@@ -22,7 +22,10 @@ namespace kpr::cuda {
 
 constexpr int kGemvWarps = 4;
 
-struct GemvArgs {
+// What the row kernel reads (its parameter). Kept as it was before the launcher's fields below were
+// added: a larger kernel parameter changed ptxas's register allocation of the Pascal IQ3 kernels into
+// local-memory spills (scripts/check-pascal).
+struct GemvKArgs {
     const uint8_t *w;      // GGUF blocks
     uint64_t row_bytes;
     uint64_t expert_bytes; // grouped: bytes of one expert matrix
@@ -35,6 +38,10 @@ struct GemvArgs {
     uint32_t aligned;      // w, row_bytes and expert_bytes are multiples of 16
     XView x;
     float *y;
+};
+
+// What the launchers take (and the 4-row kernel): the row kernel's arguments, plus
+struct GemvArgs : GemvKArgs {
     // activation quantization (by the launcher) and the layouts for compute capability 8.0+
     const float *xf;       // float activations to quantize into x's q8_1 scratch
     size_t xq_n;           // values to quantize (0: x already holds q8_1, or float activations)
@@ -83,7 +90,13 @@ struct GemvOcc {
 };
 
 template <class T, int NC, int R, class Tab>
-__device__ __forceinline__ void gemv_rows_body(const GemvArgs &a) {
+__global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
+    gemv_rows_kernel(const GemvKArgs a) {
+#if defined(__CUDA_ARCH__) && KPR_ARCH < 800
+    // two rows per warp at 1-2 columns are launched on 8.0+ only (launch_row_nc): no code below 8.0,
+    // where the register-staged path would need the registers of a second row
+    if constexpr (NC <= 2 && R == 2) return;
+#endif
     using G = ChunkGeom<T, R>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     constexpr bool kAsync = true; // cp.async ring of stages
@@ -223,18 +236,6 @@ __device__ __forceinline__ void gemv_rows_body(const GemvArgs &a) {
     }
 }
 
-template <class T, int NC, int R, class Tab>
-__global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
-    gemv_rows_kernel(const GemvArgs a) {
-#if defined(__CUDA_ARCH__) && KPR_ARCH < 800
-    // two rows per warp at 1-2 columns are launched on 8.0+ only (launch_row_nc): no code below 8.0,
-    // where the register-staged path would need the registers of a second row
-    if constexpr (NC <= 2 && R == 2) return;
-    else
-#endif
-        gemv_rows_body<T, NC, R, Tab>(a);
-}
-
 // Rows per warp for NC columns: two rows share each activation load once there are several columns
 // (launch_row_nc also takes two rows at 1-2 columns where a.sm80).
 template <int NC>
@@ -258,7 +259,7 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, gemv_rows_kernel<T, NC, R, Tab>, a);
+    return cudaLaunchKernelEx(&cfg, gemv_rows_kernel<T, NC, R, Tab>, static_cast<const GemvKArgs &>(a));
 }
 
 // ---- the 4-row kernel (compute capability 8.0+, plain GEMV of a 256-weight-block type, ncols >= 3) ---

@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     // decode chunk c from stage st: the lane's items in a fixed order (the same in both paths)
     auto compute = [&](uint32_t c, uint32_t st) {
         const uint32_t nblk = min(G::CB, a.nb - c * G::CB);
-#pragma unroll
-        for (int t = 0; t < static_cast<int>(G::ITEMS); ++t) {
+        auto item = [&](int t) {
             const uint32_t it = lane + 32u * t;
             const uint32_t b = it / T::PARTS, part = it % T::PARTS;
             if (b < nblk) {
@@ -158,6 +157,20 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                 const uint32_t k0 = (c * G::CB + b) * T::QK + part * G::EPI;
                 T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
             }
+        };
+#if defined(__CUDA_ARCH__) && KPR_ARCH < 610
+        // 6.0 emulates dp4a: with the items unrolled at 2-3 columns, ptxas spills (the IQ3 kernels, even at
+        // 255 registers; scripts/check-pascal); there one item at a time stays in registers. Same order.
+        constexpr bool kOneByOne = NC <= 3;
+#else
+        constexpr bool kOneByOne = false;
+#endif
+        if constexpr (kOneByOne) {
+#pragma unroll 1
+            for (int t = 0; t < static_cast<int>(G::ITEMS); ++t) item(t);
+        } else {
+#pragma unroll
+            for (int t = 0; t < static_cast<int>(G::ITEMS); ++t) item(t);
         }
     };
 

@@ -153,17 +153,7 @@ cudaError_t launch3(const Q8PlaneArgs &a, uint32_t grid, uint64_t smem, bool pdl
         if (e != cudaSuccess) return e;
         raised.store(smem);
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid, 1, 1);
-    cfg.blockDim = dim3(256, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, a);
+    return launch_pdl(k, dim3(grid), dim3(256), smem, pdl, s, a);
 }
 
 template <int NC, int G>
@@ -293,21 +283,9 @@ kpr_status p_run(void *, kpr_prepared *prepared, const kpr_run_args *args, kpr_e
         const uint32_t nc = args->ncols;
         const ActQ8 v = act_q8_view(scratch, nc, p->op.cols);
         const size_t n = size_t(nc) * p->op.cols;
-        {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(static_cast<unsigned>((n + 255) / 256), 1, 1);
-            cfg.blockDim = dim3(256, 1, 1);
-            cfg.stream = s;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = p->pdl ? 1 : 0;
-            e = cudaLaunchKernelEx(&cfg, quantize_act_q8_1, args->x, n, const_cast<int8_t *>(v.q),
-                                   const_cast<float *>(v.d), const_cast<float *>(v.s));
-            if (e == cudaSuccess) e = cudaGetLastError();
-            if (e != cudaSuccess) return cuda_fail(err, e, "run: activation quantizer");
-        }
+        e = launch_quantize_act_q8_1(args->x, n, v, p->pdl, s);
+        if (e == cudaSuccess) e = cudaGetLastError();
+        if (e != cudaSuccess) return cuda_fail(err, e, "run: activation quantizer");
         Q8PlaneArgs a{};
         a.plane = p->pack->plane;
         a.scales = p->pack->scales;

@@ -262,17 +262,8 @@ constexpr int rows_per_warp() {
 template <class T, int NC, class Tab, int R = rows_per_warp<NC>()>
 cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t stream) {
     const uint32_t rows_per_block = kGemvWarps * R;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks, 1);
-    cfg.blockDim = dim3(32 * kGemvWarps, 1, 1);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, gemv_rows_kernel<T, NC, R, Tab>, static_cast<const GemvKArgs &>(a));
+    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
+                      dim3(32 * kGemvWarps), 0, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
 // ---- the 4-row kernel (compute capability 8.0+, plain GEMV of a 256-weight-block type, ncols >= 3) ---
@@ -390,17 +381,9 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
 
 // The quantizer launch (q8_1 into x's scratch), with programmatic dependent launch where asked.
 inline cudaError_t launch_quantizer(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>((a.xq_n + 255) / 256), 1, 1);
-    cfg.blockDim = dim3(256, 1, 1);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, quantize_act_q8_1, a.xf, a.xq_n, const_cast<int8_t *>(a.x.q),
-                              const_cast<float *>(a.x.d), const_cast<float *>(a.x.s));
+    return launch_pdl(quantize_act_q8_1, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
+                      stream, a.xf, a.xq_n, const_cast<int8_t *>(a.x.q), const_cast<float *>(a.x.d),
+                      const_cast<float *>(a.x.s));
 }
 
 // Launches the quantizer and the 4-row kernel for NC columns. cudaErrorNotSupported: the shapes do
@@ -428,17 +411,7 @@ cudaError_t launch_quad(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const uint32_t groups = (a.rows + C::R - 1) / C::R;
     b.gpb = (groups + a.sms - 1) / a.sms;
     const uint32_t grid = (groups + b.gpb - 1) / b.gpb;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid, 1, 1);
-    cfg.blockDim = dim3(32 * C::W, 1, 1);
-    cfg.dynamicSmemBytes = dyn;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, b);
+    return launch_pdl(k, dim3(grid), dim3(32 * C::W), dyn, pdl, stream, b);
 }
 
 template <class T, class Tab>

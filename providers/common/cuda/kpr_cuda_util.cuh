@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 // KPR_ARCH: the architecture whose code paths the device pass compiles. Normally __CUDA_ARCH__;
 // scripts/check-pascal sets KPR_CUDA_PTX_AS_ARCH=600/610 to compile the Pascal paths with a CUDA 13
@@ -212,6 +214,24 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+// Launches `kernel` on `stream`; with `pdl`, with programmatic stream serialization (9.0: it may start
+// while the kernel before it finishes, and meets it at pdl_wait()).
+template <class... P, class... A>
+inline cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, bool pdl,
+                              cudaStream_t stream, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
 } // namespace kpr::cuda

@@ -163,9 +163,9 @@ END:
 cuda::CUmodule load_ptx(const Device &dev, const char *body, const char *what) {
     const cuda::Driver &drv = cuda::driver();
     const cuda::ModuleApi &api = cuda::module_api();
-    if (!drv.loaded) throw Error("cannot run " + std::string(what) + " on " + dev.id + ": " + drv.why_not);
+    if (!drv.loaded) throw Error("cannot run the " + std::string(what) + " kernel on " + dev.id + ": " + drv.why_not);
     if (!api.loaded)
-        throw Error("cannot run " + std::string(what) + " on " + dev.id + ": the driver lacks cuModuleLoadDataEx/cuLaunchKernel");
+        throw Error("cannot run the " + std::string(what) + " kernel on " + dev.id + ": the driver lacks cuModuleLoadDataEx/cuLaunchKernel");
     drv.make_current(dev.desc.ordinal);
     char log[4096] = {};
     int opt_keys[2] = {5 /* CU_JIT_ERROR_LOG_BUFFER */, 6 /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES */};
@@ -207,14 +207,11 @@ SPIN:
 Bandwidth cuda_bandwidth(const Device &dev, const BandwidthOptions &o) {
     const cuda::Driver &drv = cuda::driver();
     const cuda::ModuleApi &api = cuda::module_api();
-    if (!drv.loaded) throw Error("cannot measure " + dev.id + ": " + drv.why_not);
-    if (!api.loaded) throw Error("cannot measure " + dev.id + ": the driver lacks cuModuleLoadDataEx/cuLaunchKernel");
-    drv.make_current(dev.desc.ordinal);
+    cuda::CUmodule mod = load_ptx(dev, kReadPtxBody, "bandwidth"); // checks the driver, makes the context current
     uint64_t bytes = o.bytes ? o.bytes : std::max<uint64_t>(1ull << 30, 8 * dev.desc.l2_bytes);
     if (dev.desc.memory_bytes) bytes = std::min<uint64_t>(bytes, dev.desc.memory_bytes / 4);
     bytes = std::max<uint64_t>(bytes & ~uint64_t(255), 256);
 
-    cuda::CUmodule mod = load_ptx(dev, kReadPtxBody, "bandwidth");
     struct Unload {
         const cuda::ModuleApi &a;
         cuda::CUmodule m;
@@ -252,7 +249,7 @@ Bandwidth cuda_bandwidth(const Device &dev, const BandwidthOptions &o) {
 
 } // namespace
 
-GpuHold::GpuHold(const Device &dev) : dev_(dev) {
+GpuHold::GpuHold(const Device &dev) {
     if (!dev.is_cuda() || dev.desc.simulated) throw Error("GpuHold needs a real CUDA device, not " + dev.id);
     mod_ = load_ptx(dev, kHoldPtxBody, "hold");
     cuda::CUfunction fn = nullptr;

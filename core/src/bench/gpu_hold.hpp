@@ -20,7 +20,6 @@ public:
     void hold(void *stream, double ms) const;  // enqueue: the stream waits `ms` before its next work
 
 private:
-    Device dev_;
     void *mod_ = nullptr;
     void *fn_ = nullptr;
 };

@@ -2,13 +2,28 @@
 //
 // The provider is loaded with dlopen + handshake (no core). Every benchmark rotates among copies of a
 // 4096 x 14336 weight totalling >= 512 MiB, so each call streams its weight from DRAM, not from cache.
-// Counters: GBps = weight bytes read per second (1e9 B/s); bw_GBps = the machine's read bandwidth with the
-// same thread count, measured by this binary right before the benchmark (a streaming read-sum with
-// 256-bit loads over a 512 MiB buffer, best of 3 passes: measured side by side, so a busy machine skews both alike);
-// bw_fraction = GBps / bw_GBps.
+//
+// The read bandwidth of a shared VM drifts (19-39 GB/s over minutes on the development machine), so each
+// GEMV measurement is paired with read-bandwidth measurements taken in the same window: the timed GEMV
+// calls run in rounds (one round = one pass over every weight copy, >= 512 MiB read), and a read pass
+// (a streaming read-sum with 256-bit loads over a 512 MiB buffer, split over the same number of threads as
+// the GEMV) runs before the first round, after every round, and after the last (possibly partial) round.
+// Both figures are aggregated the same way: bytes read / seconds spent, over the whole benchmark.
+// Counters:
+//   GBps                weight bytes read per second by the GEMV calls (1e9 B/s; read passes not timed)
+//   bw_GBps             read bandwidth of the interleaved read passes (same thread count, same window)
+//   bw_fraction         GBps / bw_GBps: the "measured side by side" figure
+//   bw_min/max_GBps     the slowest / fastest interleaved read pass (how much the machine drifted)
+//   bw_start_GBps       the read bandwidth measured once at the start of the run (best of 5 passes)
+//   bw_fraction_start   GBps / bw_start_GBps (the previous method's figure, kept for comparison)
+//   ms_per_call         wall time of one GEMV call
+//   cpu_GBps_per_thread weight bytes per CPU-second of the process during the GEMV calls (the speed of
+//                       one thread while it has a core)
+// Google Benchmark's Time column is the GEMV time only (manual timing: the read passes are excluded).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -95,15 +110,29 @@ uint64_t read_sum(const uint8_t *p, size_t n) {
     return avx2 ? read_sum_avx2(p, n) : read_sum_scalar(p, n);
 }
 
+// One pass over b with `threads` threads, each summing its own contiguous part. The threads start
+// together (spin barrier); the time is from the first thread's start to the last thread's end, so thread
+// creation is not counted. Returns GB/s.
 double read_pass(const Buffer &b, int threads) {
     std::vector<std::thread> th;
     std::vector<uint64_t> sums(threads);
-    const size_t part = b.n / threads;
-    const auto t0 = std::chrono::steady_clock::now();
+    using Clock = std::chrono::steady_clock;
+    std::vector<Clock::time_point> t0(threads), t1(threads);
+    std::atomic<int> ready{0};
+    const size_t part = b.n / threads / 128 * 128;
     for (int t = 0; t < threads; ++t)
-        th.emplace_back([&, t] { sums[t] = read_sum(b.p + t * part, part); });
+        th.emplace_back([&, t] {
+            ready.fetch_add(1);
+            while (ready.load() < threads) {
+            }
+            t0[t] = Clock::now();
+            sums[t] = read_sum(b.p + t * part, part);
+            t1[t] = Clock::now();
+        });
     for (auto &x : th) x.join();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s =
+        std::chrono::duration<double>(*std::max_element(t1.begin(), t1.end()) - *std::min_element(t0.begin(), t0.end()))
+            .count();
     benchmark::DoNotOptimize(sums.data());
     return (double)(part * threads) / s / 1e9;
 }
@@ -133,15 +162,17 @@ void measure_bandwidth() {
 void BM_read_bandwidth(benchmark::State &state) {
     const int threads = (int)state.range(0);
     Buffer &b = bw_buffer();
-    double secs = 0;
+    double secs = 0, bytes = 0;
     for (auto _ : state) {
-        const auto t0 = std::chrono::steady_clock::now();
-        benchmark::DoNotOptimize(read_pass(b, threads));
-        secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double g = read_pass(b, threads);
+        const double n = (double)(b.n / threads / 128 * 128 * threads);
+        bytes += n;
+        secs += n / (g * 1e9);
+        state.SetIterationTime(n / (g * 1e9));
     }
-    const double gbps = (double)b.n * state.iterations() / secs / 1e9;
+    const double gbps = bytes / secs / 1e9;
     state.counters["GBps"] = gbps;
-    state.counters["bw_fraction"] = gbps / g_bw[threads];
+    state.counters["bw_fraction_start"] = gbps / g_bw[threads];
 }
 
 // ---- GEMV --------------------------------------------------------------------------------------------
@@ -207,24 +238,48 @@ void BM_gemv(benchmark::State &state) {
     kpr_error err{sizeof err, {0}};
     // Warm the thread pool and the page tables once.
     for (size_t c = 0; c < w.copies; ++c) g_prov.table->run(g_prov.state, prepared[c], &args, &err);
-    double bw = 0;
-    for (int i = 0; i < 3; ++i) bw = std::max(bw, read_pass(bw_buffer(), threads));
+    // Read passes interleaved with the rounds of GEMV calls (see the header).
+    Buffer &bwb = bw_buffer();
+    double bw_bytes = 0, bw_secs = 0, bw_lo = 1e30, bw_hi = 0;
+    auto bw_pass = [&] {
+        const double g = read_pass(bwb, threads);
+        bw_bytes += (double)(bwb.n / threads / 128 * 128 * threads);
+        bw_secs += (double)(bwb.n / threads / 128 * 128 * threads) / (g * 1e9);
+        bw_lo = std::min(bw_lo, g);
+        bw_hi = std::max(bw_hi, g);
+    };
+    bw_pass();
     size_t c = 0;
-    double secs = 0;
-    const double cpu0 = process_cpu_seconds();
+    double secs = 0, cpu_secs = 0;
+    double cpu0 = process_cpu_seconds();
     for (auto _ : state) {
         const auto t0 = std::chrono::steady_clock::now();
         g_prov.table->run(g_prov.state, prepared[c], &args, &err);
-        secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        secs += s;
+        state.SetIterationTime(s);
         benchmark::DoNotOptimize(y.data());
-        if (++c == w.copies) c = 0;
+        if (++c == w.copies) {
+            c = 0;
+            cpu_secs += process_cpu_seconds() - cpu0;
+            bw_pass();
+            cpu0 = process_cpu_seconds();
+        }
     }
-    const double cpu_secs = process_cpu_seconds() - cpu0;
+    if (c != 0) {
+        cpu_secs += process_cpu_seconds() - cpu0;
+        bw_pass();
+    }
     for (kpr_prepared *p : prepared) g_prov.table->release(g_prov.state, p);
     const double gbps = (double)w.bytes * state.iterations() / secs / 1e9;
+    const double bw = bw_bytes / bw_secs / 1e9;
     state.counters["GBps"] = gbps;
     state.counters["bw_GBps"] = bw;
     state.counters["bw_fraction"] = gbps / bw;
+    state.counters["bw_min_GBps"] = bw_lo;
+    state.counters["bw_max_GBps"] = bw_hi;
+    state.counters["bw_start_GBps"] = g_bw[threads];
+    state.counters["bw_fraction_start"] = gbps / g_bw[threads];
     state.counters["ms_per_call"] = secs / state.iterations() * 1e3;
     // Weight bytes per CPU-second summed over the process's threads, i.e. the speed one thread reaches
     // while it has a core: on a shared, busy machine this shows what the kernel would do on an idle one.
@@ -233,7 +288,7 @@ void BM_gemv(benchmark::State &state) {
 }
 
 void register_all(const std::vector<uint32_t> &types, bool isa_sweep) {
-    benchmark::RegisterBenchmark("read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(
+    benchmark::RegisterBenchmark("read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseManualTime()->Unit(
         benchmark::kMillisecond);
     for (uint32_t t : types)
         for (int threads : {1, 2})
@@ -244,7 +299,7 @@ void register_all(const std::vector<uint32_t> &types, bool isa_sweep) {
                                              (isa == 0 ? "" : (isa == 1 ? "/isa:avx2" : "/isa:portable"));
                     benchmark::RegisterBenchmark(name.c_str(), BM_gemv)
                         ->Args({t, nc, threads, isa})
-                        ->UseRealTime()
+                        ->UseManualTime()
                         ->Unit(benchmark::kMillisecond);
                 }
 }

@@ -20,6 +20,9 @@
 //   cpu_GBps_per_thread weight bytes per CPU-second of the process during the GEMV calls (the speed of
 //                       one thread while it has a core)
 // Google Benchmark's Time column is the GEMV time only (manual timing: the read passes are excluded).
+//
+// ratio_n8_n1/<type>/threads:2 times ncols 8 against ncols 1 in the same window (alternating rounds of calls
+// over every weight copy), for the ncols-8 / ncols-1 time target: counters ms_n1, ms_n8, n8_over_n1.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -203,13 +206,9 @@ Weights &weights_for(uint32_t type) {
     return g_w;
 }
 
-void BM_gemv(benchmark::State &state) {
-    const uint32_t type = (uint32_t)state.range(0);
-    const uint32_t ncols = (uint32_t)state.range(1);
-    const int threads = (int)state.range(2);
-    const char *isa = state.range(3) == 0 ? "auto" : (state.range(3) == 1 ? "avx2" : "portable");
-    Weights &w = weights_for(type);
-
+// One prepared op per weight copy (empty, with the state's error set, on failure).
+std::vector<kpr_prepared *> prepare_all(benchmark::State &state, Weights &w, uint32_t type, uint32_t ncols, int threads,
+                                        const char *isa) {
     kpr_op_desc op{};
     op.struct_size = sizeof op;
     op.kind = KPR_OP_GEMV;
@@ -226,10 +225,22 @@ void BM_gemv(benchmark::State &state) {
         kpr_weights kw{sizeof kw, 0, w.buf->p + c * w.bytes, w.bytes, 0};
         kpr_error err{sizeof err, {0}};
         if (g_prov.table->prepare(g_prov.state, &op, &g_dev, &opts, &kw, &prepared[c], &err) != KPR_OK) {
+            for (size_t i = 0; i < c; ++i) g_prov.table->release(g_prov.state, prepared[i]);
             state.SkipWithError(err.message);
-            return;
+            return {};
         }
     }
+    return prepared;
+}
+
+void BM_gemv(benchmark::State &state) {
+    const uint32_t type = (uint32_t)state.range(0);
+    const uint32_t ncols = (uint32_t)state.range(1);
+    const int threads = (int)state.range(2);
+    const char *isa = state.range(3) == 0 ? "auto" : (state.range(3) == 1 ? "avx2" : "portable");
+    Weights &w = weights_for(type);
+    const std::vector<kpr_prepared *> prepared = prepare_all(state, w, type, ncols, threads, isa);
+    if (prepared.empty()) return;
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd;
     std::vector<float> x(ncols * kCols), y(ncols * kRows);
@@ -287,6 +298,64 @@ void BM_gemv(benchmark::State &state) {
     state.SetLabel(desc(type).name);
 }
 
+// ncols 8 against ncols 1 in the same window: each iteration is one round of calls with ncols 1 on every
+// weight copy and one round with ncols 8 (the order alternates between iterations, so a drift of the
+// machine weighs on both alike). Counters: ms_n1, ms_n8 (mean wall time of one call) and n8_over_n1.
+void BM_ratio(benchmark::State &state) {
+    const uint32_t type = (uint32_t)state.range(0);
+    const int threads = (int)state.range(1);
+    Weights &w = weights_for(type);
+    const std::vector<kpr_prepared *> p1 = prepare_all(state, w, type, 1, threads, "auto");
+    if (p1.empty()) return;
+    const std::vector<kpr_prepared *> p8 = prepare_all(state, w, type, 8, threads, "auto");
+    if (p8.empty()) {
+        for (kpr_prepared *p : p1) g_prov.table->release(g_prov.state, p);
+        return;
+    }
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(8 * kCols), y(8 * kRows);
+    for (float &v : x) v = nd(rng);
+    kpr_run_args a1{sizeof a1, 1, x.data(), y.data(), nullptr, nullptr};
+    kpr_run_args a8{sizeof a8, 8, x.data(), y.data(), nullptr, nullptr};
+    kpr_error err{sizeof err, {0}};
+    for (size_t c = 0; c < w.copies; ++c) {
+        g_prov.table->run(g_prov.state, p1[c], &a1, &err);
+        g_prov.table->run(g_prov.state, p8[c], &a8, &err);
+    }
+    double s1 = 0, s8 = 0;
+    size_t n1 = 0, n8 = 0;
+    bool eight_first = false;
+    auto round = [&](const std::vector<kpr_prepared *> &p, const kpr_run_args &a, double &secs, size_t &n) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (size_t c = 0; c < w.copies; ++c) g_prov.table->run(g_prov.state, p[c], &a, &err);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        secs += s;
+        n += w.copies;
+        return s;
+    };
+    for (auto _ : state) {
+        double s = 0;
+        if (eight_first) {
+            s += round(p8, a8, s8, n8);
+            s += round(p1, a1, s1, n1);
+        } else {
+            s += round(p1, a1, s1, n1);
+            s += round(p8, a8, s8, n8);
+        }
+        eight_first = !eight_first;
+        state.SetIterationTime(s);
+        benchmark::DoNotOptimize(y.data());
+    }
+    for (kpr_prepared *p : p1) g_prov.table->release(g_prov.state, p);
+    for (kpr_prepared *p : p8) g_prov.table->release(g_prov.state, p);
+    state.counters["ms_n1"] = s1 / (double)n1 * 1e3;
+    state.counters["ms_n8"] = s8 / (double)n8 * 1e3;
+    state.counters["n8_over_n1"] = (s8 / (double)n8) / (s1 / (double)n1);
+    state.counters["GBps_n1"] = (double)w.bytes * (double)n1 / s1 / 1e9;
+    state.SetLabel(desc(type).name);
+}
+
 void register_all(const std::vector<uint32_t> &types, bool isa_sweep) {
     benchmark::RegisterBenchmark("read_bandwidth", BM_read_bandwidth)->Arg(1)->Arg(2)->UseManualTime()->Unit(
         benchmark::kMillisecond);
@@ -302,6 +371,11 @@ void register_all(const std::vector<uint32_t> &types, bool isa_sweep) {
                         ->UseManualTime()
                         ->Unit(benchmark::kMillisecond);
                 }
+    for (uint32_t t : types)
+        benchmark::RegisterBenchmark((std::string("ratio_n8_n1/") + desc(t).name + "/threads:2").c_str(), BM_ratio)
+            ->Args({t, 2})
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
 }
 
 } // namespace

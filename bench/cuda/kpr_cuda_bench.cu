@@ -13,6 +13,7 @@
 // Prints a markdown table.
 #include "../../tests/gpu/harness.hpp"
 
+#include "bench_timing.cuh"
 #include "kpr_cuda_gemv.cuh" // --breakdown: the shared kernels, launched directly
 
 #include <cuda_runtime.h>
@@ -25,15 +26,6 @@
 #include <vector>
 
 using namespace kpr::gputest;
-
-__global__ void read_kernel(const uint4 *__restrict__ p, size_t n, uint32_t *out) {
-    uint32_t acc = 0;
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const uint4 v = __ldg(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x12345678u) out[0] = acc; // keeps the loads alive
-}
 
 __global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -76,10 +68,7 @@ __global__ void read_rows_split_kernel(const uint8_t *__restrict__ p, uint32_t r
     if (acc == 0x12345678u) out[0] = acc;
 }
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
+using kpr::bench::median;
 
 static double measure_read_bw(cudaStream_t s) {
     const size_t bytes = size_t(4) << 30;
@@ -96,7 +85,7 @@ static double measure_read_bw(cudaStream_t s) {
     std::vector<double> gbs;
     for (int rep = 0; rep < 8; ++rep) {
         cudaEventRecord(a, s);
-        read_kernel<<<sms * 8, 256, 0, s>>>(buf, bytes / 16, out);
+        kpr::bench::stream_read_kernel<false><<<sms * 8, 256, 0, s>>>(buf, bytes / 16, out);
         cudaEventRecord(b, s);
         KPR_CU(cudaEventSynchronize(b));
         float ms;
@@ -322,31 +311,8 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
             }
             kpr::cuda::launch_gemv_nc<T, kpr::cuda::TabGlobal>(a, nc, 1, true, s);
         };
-        auto time_graph = [&](auto body) {
-            const uint32_t iters = 200;
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            KPR_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            for (uint32_t i = 0; i < iters; ++i) body(i % copies);
-            KPR_CU(cudaStreamEndCapture(s, &g));
-            KPR_CU(cudaGraphInstantiate(&ge, g, 0));
-            KPR_CU(cudaGraphLaunch(ge, s));
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0);
-            cudaEventCreate(&e1);
-            std::vector<double> t;
-            for (int rep = 0; rep < 5; ++rep) {
-                cudaEventRecord(e0, s);
-                KPR_CU(cudaGraphLaunch(ge, s));
-                cudaEventRecord(e1, s);
-                KPR_CU(cudaEventSynchronize(e1));
-                float ms;
-                cudaEventElapsedTime(&ms, e0, e1);
-                t.push_back(ms * 1e3 / iters);
-            }
-            cudaGraphExecDestroy(ge);
-            cudaGraphDestroy(g);
-            return median(t);
+        auto time_graph = [&](auto body) { // 200 calls over the rotated copies, graph-replayed
+            return kpr::bench::replay_us(s, 200, [&](uint32_t i) { body(i % copies); });
         };
         const double tq = time_graph([&](uint32_t) { quant(); });
         const double tg = time_graph([&](uint32_t c) { gemv(c, false); });

@@ -14,6 +14,7 @@
 //            decodes nothing (Q8_0's geometry), with and without the quantizer; then with Q8_0 itself
 //
 //   kpr_stream_probe        (needs a GPU of compute capability 9.0)
+#include "bench_timing.cuh"
 #include "kpr_cuda_gemv.cuh"
 
 #include <cuda_runtime.h>
@@ -66,18 +67,6 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
                  "l"(src), "r"(bytes), "r"(su32(b))
                  : "memory");
 #endif
-}
-
-template <bool PDL>
-__global__ void flat_read(const uint4 *__restrict__ p, size_t n, uint32_t *out) {
-    if (PDL) pdl_launch_dependents();
-    uint32_t acc = 0;
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const uint4 v = __ldg(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (PDL) pdl_wait();
-    if (acc == 0x12345678u) out[0] = acc;
 }
 
 // A block streams rows [r0, r1) through S whole-row stages (pieces of <= 8 KiB on one barrier).
@@ -165,41 +154,11 @@ __global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
     }
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
 cudaStream_t g_s;
 
 template <class F>
-double time_graph(F body, int iters = 200) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    PROBE_CK(cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < iters; ++i) body(i);
-    PROBE_CK(cudaStreamEndCapture(g_s, &g));
-    PROBE_CK(cudaGraphInstantiate(&ge, g, 0));
-    PROBE_CK(cudaGraphLaunch(ge, g_s));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<double> t;
-    for (int rep = 0; rep < 5; ++rep) {
-        cudaEventRecord(e0, g_s);
-        PROBE_CK(cudaGraphLaunch(ge, g_s));
-        cudaEventRecord(e1, g_s);
-        PROBE_CK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        t.push_back(ms * 1e3 / iters);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    PROBE_CK(cudaGetLastError());
-    return median(t);
+double time_graph(F body) {
+    return kpr::bench::replay_us(g_s, 200, body);
 }
 
 } // namespace
@@ -232,14 +191,14 @@ int main() {
         cudaEventCreate(&b);
         for (int r = 0; r < 8; ++r) {
             cudaEventRecord(a, g_s);
-            flat_read<false><<<sms * 8, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(buf), big / 16, out);
+            kpr::bench::stream_read_kernel<false><<<sms * 8, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(buf), big / 16, out);
             cudaEventRecord(b, g_s);
             PROBE_CK(cudaEventSynchronize(b));
             float ms;
             cudaEventElapsedTime(&ms, a, b);
             if (r) g.push_back(big / (ms * 1e-3) / 1e9);
         }
-        bw = median(g);
+        bw = kpr::bench::median(g);
     }
     std::printf("read bandwidth (flat, 4 GiB): %.0f GB/s\n", bw);
     auto frac = [&](size_t bytes, double us) { return bytes / (us * 1e-6) / 1e9 / bw; };
@@ -248,10 +207,10 @@ int main() {
         const size_t copies = (size_t(1) << 30) / ws + 1;
         for (int k : {8, 16}) {
             const double t0 = time_graph([&](int i) {
-                flat_read<false><<<sms * k, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(buf + (i % copies) * ws), ws / 16, out);
+                kpr::bench::stream_read_kernel<false><<<sms * k, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(buf + (i % copies) * ws), ws / 16, out);
             });
             const double t1 = time_graph([&](int i) {
-                launch_pdl(flat_read<true>, dim3(sms * k), dim3(256), 0, true, g_s,
+                launch_pdl(kpr::bench::stream_read_kernel<true>, dim3(sms * k), dim3(256), 0, true, g_s,
                            reinterpret_cast<const uint4 *>(buf + (i % copies) * ws), ws / 16, out);
             });
             std::printf("flat %5.1f MB, %2d blocks/SM: %.2f us (%.3f); with PDL %.2f us (%.3f)\n", ws / 1e6, k, t0,

@@ -43,9 +43,12 @@
 #include <time.h>
 
 #include "provider_loader.h"
+#include "read_bandwidth.hpp"
 #include "ref_quant.h"
 
 using namespace kpr_test;
+using kpr_bench::Buffer;
+using kpr_bench::read_pass;
 
 namespace {
 
@@ -62,99 +65,8 @@ LoadedProvider g_prov;
 kpr_device_desc g_dev;
 double g_bw[3] = {0, 0, 0}; // GB/s with 1 and 2 threads
 
-// ---- big page-aligned buffers ------------------------------------------------------------------------
-struct Buffer {
-    uint8_t *p = nullptr;
-    size_t n = 0;
-    explicit Buffer(size_t bytes) : n(bytes) {
-        void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) {
-            std::perror("mmap");
-            std::exit(1);
-        }
-        madvise(m, bytes, MADV_HUGEPAGE);
-        p = static_cast<uint8_t *>(m);
-    }
-    ~Buffer() { munmap(p, n); }
-    Buffer(const Buffer &) = delete;
-    Buffer &operator=(const Buffer &) = delete;
-};
-
-// ---- read bandwidth ----------------------------------------------------------------------------------
-uint64_t read_sum_scalar(const uint8_t *p, size_t n) {
-    const uint64_t *q = reinterpret_cast<const uint64_t *>(p);
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
-        s0 += q[i];
-        s1 += q[i + 1];
-        s2 += q[i + 2];
-        s3 += q[i + 3];
-    }
-    return s0 + s1 + s2 + s3;
-}
-
-// 256-bit loads, four independent sums: one core issues reads as fast as the memory system allows.
-__attribute__((target("avx2"))) uint64_t read_sum_avx2(const uint8_t *p, size_t n) {
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i)));
-        b = _mm256_add_epi64(b, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 32)));
-        c = _mm256_add_epi64(c, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 64)));
-        d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 96)));
-    }
-    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-    alignas(32) uint64_t t[4];
-    _mm256_store_si256(reinterpret_cast<__m256i *>(t), a);
-    return t[0] + t[1] + t[2] + t[3];
-}
-
-uint64_t read_sum(const uint8_t *p, size_t n) {
-    static const bool avx2 = __builtin_cpu_supports("avx2");
-    return avx2 ? read_sum_avx2(p, n) : read_sum_scalar(p, n);
-}
-
-// One pass over b with `threads` threads, each summing its own contiguous part. The threads start
-// together (spin barrier); the time is from the first thread's start to the last thread's end, so thread
-// creation is not counted. Returns GB/s.
-double read_pass(const Buffer &b, int threads) {
-    std::vector<std::thread> th;
-    std::vector<uint64_t> sums(threads);
-    using Clock = std::chrono::steady_clock;
-    std::vector<Clock::time_point> t0(threads), t1(threads);
-    std::atomic<int> ready{0};
-    const size_t part = b.n / threads / 128 * 128;
-    for (int t = 0; t < threads; ++t)
-        th.emplace_back([&, t] {
-            ready.fetch_add(1);
-            while (ready.load() < threads) {
-            }
-            t0[t] = Clock::now();
-            sums[t] = read_sum(b.p + t * part, part);
-            t1[t] = Clock::now();
-        });
-    for (auto &x : th) x.join();
-    const double s =
-        std::chrono::duration<double>(*std::max_element(t1.begin(), t1.end()) - *std::min_element(t0.begin(), t0.end()))
-            .count();
-    benchmark::DoNotOptimize(sums.data());
-    return (double)(part * threads) / s / 1e9;
-}
-
-Buffer &bw_buffer() {
-    static Buffer b(kRotateBytes);
-    static bool init = [] {
-        for (size_t i = 0; i < b.n; i += 8) {
-            const uint64_t v = i * 0x9E3779B97F4A7C15ull;
-            std::memcpy(b.p + i, &v, 8);
-        }
-        return true;
-    }();
-    (void)init;
-    return b;
-}
-
 void measure_bandwidth() {
-    Buffer &b = bw_buffer();
+    Buffer &b = kpr_bench::bandwidth_buffer();
     for (int t = 1; t <= 2; ++t) {
         double best = 0;
         for (int i = 0; i < 5; ++i) best = std::max(best, read_pass(b, t));
@@ -164,16 +76,7 @@ void measure_bandwidth() {
 
 void BM_read_bandwidth(benchmark::State &state) {
     const int threads = (int)state.range(0);
-    Buffer &b = bw_buffer();
-    double secs = 0, bytes = 0;
-    for (auto _ : state) {
-        const double g = read_pass(b, threads);
-        const double n = (double)(b.n / threads / 128 * 128 * threads);
-        bytes += n;
-        secs += n / (g * 1e9);
-        state.SetIterationTime(n / (g * 1e9));
-    }
-    const double gbps = bytes / secs / 1e9;
+    const double gbps = kpr_bench::run_read_passes(state, threads);
     state.counters["GBps"] = gbps;
     state.counters["bw_fraction_start"] = gbps / g_bw[threads];
 }
@@ -250,7 +153,7 @@ void BM_gemv(benchmark::State &state) {
     // Warm the thread pool and the page tables once.
     for (size_t c = 0; c < w.copies; ++c) g_prov.table->run(g_prov.state, prepared[c], &args, &err);
     // Read passes interleaved with the rounds of GEMV calls (see the header).
-    Buffer &bwb = bw_buffer();
+    Buffer &bwb = kpr_bench::bandwidth_buffer();
     double bw_bytes = 0, bw_secs = 0, bw_lo = 1e30, bw_hi = 0;
     auto bw_pass = [&] {
         const double g = read_pass(bwb, threads);

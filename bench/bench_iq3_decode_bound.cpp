@@ -12,16 +12,14 @@
 #include <benchmark/benchmark.h>
 #include <kpr/ggml_blocks.h>
 
+#include "read_bandwidth.hpp"
+
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -165,49 +163,22 @@ void BM_core_clock(benchmark::State &st) {
                                             benchmark::Counter::kIsRate);
 }
 
-// Streaming read bandwidth over 512 MiB split across `threads` threads (256-bit loads, four sums per
-// thread), timed from the first thread's start to the last one's end: the bench's reference.
-__attribute__((target("avx2"))) void read_part(const uint8_t *p, size_t n, std::atomic<uint64_t> &sink) {
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 128 <= n; i += 128) {
-        s0 = _mm256_add_epi64(s0, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i)));
-        s1 = _mm256_add_epi64(s1, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 32)));
-        s2 = _mm256_add_epi64(s2, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 64)));
-        s3 = _mm256_add_epi64(s3, _mm256_load_si256(reinterpret_cast<const __m256i *>(p + i + 96)));
-    }
-    const __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-    sink += static_cast<uint64_t>(_mm256_extract_epi64(s, 0) ^ _mm256_extract_epi64(s, 3));
-}
-
+// The streaming read bandwidth over 512 MiB, measured as bench_generic_cpu measures it (read_bandwidth.hpp).
 void BM_read_bandwidth(benchmark::State &st) {
-    const size_t bytes = size_t(512) << 20;
     const int threads = static_cast<int>(st.range(0));
-    uint8_t *buf = static_cast<uint8_t *>(std::aligned_alloc(4096, bytes));
-    std::memset(buf, 1, bytes);
-    std::atomic<uint64_t> sink{0};
-    double secs = 0;
-    for (auto _ : st) {
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<std::thread> th;
-        for (int t = 0; t < threads; ++t)
-            th.emplace_back([&, t] { read_part(buf + bytes / threads * t, bytes / threads, sink); });
-        for (auto &x : th) x.join();
-        secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    benchmark::DoNotOptimize(sink.load());
-    std::free(buf);
-    st.counters["GBps"] = static_cast<double>(st.iterations()) * bytes / 1e9 / secs;
-    st.counters["GBps_per_thread"] = static_cast<double>(st.iterations()) * bytes / 1e9 / secs / threads;
+    const double gbps = kpr_bench::run_read_passes(st, threads);
+    st.counters["GBps"] = gbps;
+    st.counters["GBps_per_thread"] = gbps / threads;
 }
 
 } // namespace
 
 BENCHMARK(BM_core_clock)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_read_bandwidth)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_read_bandwidth)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_iq3xxs_grid_only_vpinsrd)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_iq3xxs_grid_only_vpgatherdd)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_iq3xxs_grid_and_signs_vpinsrd)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_iq3s_grid_only_vpinsrd)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_read_bandwidth)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->Name("BM_read_bandwidth_again");
+BENCHMARK(BM_read_bandwidth)->Arg(2)->Unit(benchmark::kMillisecond)->UseManualTime()->Name("BM_read_bandwidth_again");
 
 BENCHMARK_MAIN();

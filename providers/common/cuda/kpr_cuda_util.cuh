@@ -58,10 +58,43 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
     return dp4a_emulated(a, b, c);
 }
 
+// Shared-memory reads of the staged weight blocks. On compute capability 8.0+ they are explicit
+// shared-space loads (LDS): the block pointers reach the decoders as generic pointers, and generic loads
+// (LD) go through the L1TEX path that the cp.async weight copies keep busy; on the H200 the one-column
+// kernels stalled mostly on them (ncu), and LDS made the types 0.5-6% faster at one and two columns
+// (docs/benchmarks.md). Below 8.0 (the register-staged path) they stay plain C++ loads: the same PTX as
+// before, whose register allocation scripts/check-pascal holds to no spills.
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+#define KPR_EXPLICIT_LDS 1
+#else
+#define KPR_EXPLICIT_LDS 0
+#endif
+
+#if KPR_EXPLICIT_LDS
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+#endif
+
 // Loads N 32-bit words starting at a 2-byte-aligned shared-memory address: N+1 aligned word loads and
 // funnel shifts (GGUF blocks are only 2-byte aligned).
 template <int N>
 __device__ __forceinline__ void load_words_a2(const uint8_t *p, uint32_t (&out)[N]) {
+#if KPR_EXPLICIT_LDS
+    const uint32_t a = smem_addr(p);
+    const uint32_t sh = (a & 3u) * 8u;
+    uint32_t w[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) {
+        if (i < N || sh != 0) w[i] = lds_u32((a & ~3u) + 4u * i);
+        else w[i] = 0;
+    }
+#else
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     const uint32_t *base = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
     const uint32_t sh = static_cast<uint32_t>(a & 3u) * 8u;
@@ -71,26 +104,48 @@ __device__ __forceinline__ void load_words_a2(const uint8_t *p, uint32_t (&out)[
         if (i < N || sh != 0) w[i] = base[i];
         else w[i] = 0;
     }
+#endif
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], sh);
 }
 
 __device__ __forceinline__ uint16_t load_u16(const uint8_t *p) {
+#if KPR_EXPLICIT_LDS
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(smem_addr(p)) : "memory");
+    return v;
+#else
     return *reinterpret_cast<const uint16_t *>(p);
+#endif
 }
 
 // Words that start 4-byte aligned.
 template <int N>
 __device__ __forceinline__ void load_words_a4(const uint8_t *p, uint32_t (&out)[N]) {
+#if KPR_EXPLICIT_LDS
+    const uint32_t a = smem_addr(p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = lds_u32(a + 4u * i);
+#else
     const uint32_t *w = reinterpret_cast<const uint32_t *>(p);
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = w[i];
+#endif
 }
 
 // Words that start 16-byte aligned (N a multiple of 4): 128-bit shared loads.
 template <int N>
 __device__ __forceinline__ void load_words_a16(const uint8_t *p, uint32_t (&out)[N]) {
     static_assert(N % 4 == 0);
+#if KPR_EXPLICIT_LDS
+    const uint32_t a = smem_addr(p);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(out[4 * i + 0]), "=r"(out[4 * i + 1]), "=r"(out[4 * i + 2]), "=r"(out[4 * i + 3])
+                     : "r"(a + 16u * i)
+                     : "memory");
+#else
     const uint4 *v = reinterpret_cast<const uint4 *>(p);
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) {
@@ -100,6 +155,7 @@ __device__ __forceinline__ void load_words_a16(const uint8_t *p, uint32_t (&out)
         out[4 * i + 2] = t.z;
         out[4 * i + 3] = t.w;
     }
+#endif
 }
 
 // PTX prmt in its generic mode: bytes of {b, a} picked by the four selector nibbles of c; a nibble

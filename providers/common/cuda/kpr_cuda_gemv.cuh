@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace kpr::cuda {
 
@@ -68,6 +69,64 @@ struct ChunkGeom {
     static_assert(CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
 };
 
+// Staged activations (one column, compute capability 8.0+, plain GEMV, kStageActivations types): the
+// chunk's q8_1 activations (int8 plane, d, s) travel in the cp.async ring with the weights (copied
+// through L1, cp.async.ca, so that the warps of a multiprocessor share them), and the decoders read them
+// from shared memory, requested S - 1 chunks ahead, instead of from L1 when they need them (where the
+// one-column kernels stalled most). Smaller chunks, so that the ring stays within 48 KiB per block.
+template <class T, int R>
+struct ChunkGeomXS {
+    static constexpr uint32_t CB = T::QK == 32 ? 32 : 8;
+    static constexpr uint32_t BYTES = CB * T::BS;
+    static constexpr uint32_t NV = (BYTES + 15) / 16;
+    static constexpr uint32_t VPL = (NV + 31) / 32;
+    static constexpr uint32_t SMEM_ROW = NV * 16 + 16;
+    static constexpr uint32_t ITEMS = CB * T::PARTS / 32;
+    static constexpr uint32_t EPI = T::QK / T::PARTS;
+    static constexpr uint32_t XQ = CB * T::QK;        // int8 activations of a chunk
+    static constexpr uint32_t XF = CB * T::QK / 32;   // q8_1 blocks of a chunk (d, s each)
+    static constexpr uint32_t XBYTES = XQ + 8 * XF;   // q, then d, then s
+    static constexpr uint32_t STAGE = R * SMEM_ROW + XBYTES;
+    static constexpr uint32_t S0 = 45056 / (4 * STAGE);
+    static constexpr uint32_t S = S0 < 2 ? 2 : S0 > 4 ? 4 : S0;
+    static constexpr uint32_t stages() { return S; }
+    static_assert(CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
+};
+
+// The types whose one-column GEMV stages its activations (measured on the H200, 4096 x 14336, the same
+// lease: Q4_K 14.0 -> 12.4 us, IQ3_S 19.9 -> 19.4; slower for Q8_0 19.5 -> 21.2, IQ4_NL 15.0 -> 16.9,
+// IQ3_XXS 18.6 -> 18.9; Q4_0 within noise; the other types were not measured and keep the L1 path).
+template <class T>
+inline constexpr bool kStageActivations = T::TYPE == KPR_TYPE_Q4_K || T::TYPE == KPR_TYPE_IQ3_S;
+
+// The activations of one chunk in shared memory, with XView's interface (column 0 only).
+struct XStage {
+    uint32_t q;     // shared address of the chunk's int8 activations
+    uint32_t d, s;  // shared addresses of its block scales and sums
+    uint32_t kbase; // the chunk's first column index
+    template <int N>
+    __device__ __forceinline__ void words(int, uint32_t k0, int (&w)[N]) const {
+        static_assert(N % 4 == 0);
+        const uint32_t a = q + (k0 - kbase);
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i)
+            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w[4 * i + 0]), "=r"(w[4 * i + 1]), "=r"(w[4 * i + 2]), "=r"(w[4 * i + 3])
+                         : "r"(a + 16u * i)
+                         : "memory");
+    }
+    __device__ __forceinline__ float dq(int, uint32_t k) const {
+        float v;
+        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(d + (k - kbase) / 32 * 4) : "memory");
+        return v;
+    }
+    __device__ __forceinline__ float sq(int, uint32_t k) const {
+        float v;
+        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(s + (k - kbase) / 32 * 4) : "memory");
+        return v;
+    }
+};
+
 // Unaligned fallback: the same 16 bytes, fetched 2 bytes at a time (blocks are 2-byte aligned).
 __device__ __forceinline__ uint4 ld16_a2(const uint8_t *p, uint32_t avail) {
     uint32_t w[4] = {0, 0, 0, 0};
@@ -89,15 +148,17 @@ struct GemvOcc {
 #endif
 };
 
-template <class T, int NC, int R, class Tab>
+template <class T, int NC, int R, class Tab, bool XS = false>
 __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
-    // two rows per warp at 1-2 columns are launched on 8.0+ only (launch_row_nc): no code below 8.0,
-    // where the register-staged path would need the registers of a second row
-    if constexpr (NC <= 2 && R == 2) return;
+    // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
+    // (launch_row_nc): no code below 8.0, where the register-staged path would need the registers of a
+    // second row
+    if constexpr ((NC <= 2 && R == 2) || XS) return;
 #endif
-    using G = ChunkGeom<T, R>;
+    static_assert(!XS || NC == 1, "staged activations: one column");
+    using G = std::conditional_t<XS, ChunkGeomXS<T, R>, ChunkGeom<T, R>>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     constexpr bool kAsync = true; // cp.async ring of stages
     constexpr uint32_t S = G::stages();
@@ -106,6 +167,11 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     constexpr uint32_t S = 1;
 #endif
     __shared__ alignas(16) uint8_t smem[kGemvWarps][S][R][G::SMEM_ROW];
+    constexpr uint32_t kXsBytes = [] {
+        if constexpr (XS) return ChunkGeomXS<T, R>::XBYTES;
+        else return 16u;
+    }();
+    __shared__ alignas(16) uint8_t xsm[XS ? kGemvWarps : 1][XS ? S : 1][kXsBytes];
     const Tab tab = Tab::prologue(); // may stage tables in shared memory (with a block barrier)
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -155,7 +221,14 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
 #pragma unroll
                 for (int r = 0; r < R; ++r) wp[r] = &smem[warp][st][r][b * T::BS];
                 const uint32_t k0 = (c * G::CB + b) * T::QK + part * G::EPI;
-                T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
+                if constexpr (XS) {
+                    const uint32_t xb = smem_addr(&xsm[warp][st][0]);
+                    const XStage xs{xb, xb + ChunkGeomXS<T, R>::XQ, xb + ChunkGeomXS<T, R>::XQ + 4 * ChunkGeomXS<T, R>::XF,
+                                    c * G::CB * T::QK};
+                    T::template item<NC, R, Tab>(wp, part, xs, k0, tab, acc);
+                } else {
+                    T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
+                }
             }
         };
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 610
@@ -188,6 +261,25 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                     if (v < G::NV && 16u * v < bytes) cp_async16(&smem[warp][st][r][16u * v], rp[r] + off + 16u * v);
                 }
         };
+        // the chunk's activations (staged variant): int8 plane, then d and s, 16 bytes per copy; the
+        // planes are padded to 256 bytes, so a last partial vector stays inside the scratch
+        auto issue_x = [&](uint32_t c) {
+            if constexpr (XS) {
+                using GX = ChunkGeomXS<T, R>;
+                const uint32_t st = c % S;
+                const uint32_t nblk = min(G::CB, a.nb - c * G::CB);
+                const uint32_t qbytes = nblk * T::QK, fbytes = nblk * T::QK / 32 * 4;
+                const uint64_t k = static_cast<uint64_t>(c) * GX::XQ;
+                const uint8_t *q = reinterpret_cast<const uint8_t *>(x.q) + k;
+                const uint8_t *d = reinterpret_cast<const uint8_t *>(x.d + k / 32);
+                const uint8_t *sm = reinterpret_cast<const uint8_t *>(x.s + k / 32);
+                for (uint32_t v = lane; 16u * v < qbytes; v += 32) cp_async16_ca(&xsm[warp][st][16u * v], q + 16u * v);
+                for (uint32_t v = lane; 16u * v < fbytes; v += 32) {
+                    cp_async16_ca(&xsm[warp][st][GX::XQ + 16u * v], d + 16u * v);
+                    cp_async16_ca(&xsm[warp][st][GX::XQ + 4 * GX::XF + 16u * v], sm + 16u * v);
+                }
+            }
+        };
 #pragma unroll
         for (uint32_t c = 0; c + 1 < S; ++c) {
             if (c < nchunks) issue(c);
@@ -195,8 +287,20 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
         }
         pdl_wait();              // activations are written by the kernel before this one
         pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
+        if constexpr (XS) {
+            // one group per chunk already requested, so that wait<S - 1> below still means "chunk c
+            // has landed": before chunk c's group come its weights, after it S - 1 groups
+#pragma unroll
+            for (uint32_t c = 0; c + 1 < S; ++c) {
+                if (c < nchunks) issue_x(c);
+                cp_async_commit();
+            }
+        }
         for (uint32_t c = 0; c < nchunks; ++c) {
-            if (c + S - 1 < nchunks) issue(c + S - 1);
+            if (c + S - 1 < nchunks) {
+                issue(c + S - 1);
+                issue_x(c + S - 1);
+            }
             cp_async_commit();
             cp_async_wait<S - 1>(); // chunk c has landed
             __syncwarp();
@@ -259,10 +363,10 @@ constexpr int rows_per_warp() {
 // Launches gemv_rows_kernel<T, NC, R, Tab>: grid.x covers the rows, grid.y the grouped tasks.
 // `pdl`: launch with programmatic stream serialization (compute capability 9.0: the kernel may start
 // while the activation quantizer finishes).
-template <class T, int NC, class Tab, int R = rows_per_warp<NC>()>
+template <class T, int NC, class Tab, int R = rows_per_warp<NC>(), bool XS = false>
 cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t stream) {
     const uint32_t rows_per_block = kGemvWarps * R;
-    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
+    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab, XS>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
                       dim3(32 * kGemvWarps), 0, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
@@ -456,7 +560,10 @@ template <class T, class Tab>
 cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
     const bool two = a.sm80 && tasks == 1 && a.ids == nullptr;
     switch (ncols) {
-    case 1: return two ? launch_gemv<T, 1, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
+    case 1:
+        if constexpr (kStageActivations<T>)
+            if (two) return launch_gemv<T, 1, Tab, 2, true>(a, tasks, pdl, s);
+        return two ? launch_gemv<T, 1, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
     case 2: return two ? launch_gemv<T, 2, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 2, Tab>(a, tasks, pdl, s);
     case 3: return launch_gemv<T, 3, Tab>(a, tasks, pdl, s);
     case 4: return launch_gemv<T, 4, Tab>(a, tasks, pdl, s);

@@ -70,10 +70,10 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 #define KPR_EXPLICIT_LDS 0
 #endif
 
-#if KPR_EXPLICIT_LDS
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+#if KPR_EXPLICIT_LDS
 __device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
     uint32_t v;
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
@@ -241,6 +241,15 @@ __device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src)
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+#else
+    *reinterpret_cast<uint4 *>(smem_dst) = __ldg(reinterpret_cast<const uint4 *>(gmem_src));
+#endif
+}
+// The same copy through L1 (cp.async.ca): for data that many warps of a multiprocessor copy (activations).
+__device__ __forceinline__ void cp_async16_ca(void *smem_dst, const void *gmem_src) {
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
 #else
     *reinterpret_cast<uint4 *>(smem_dst) = __ldg(reinterpret_cast<const uint4 *>(gmem_src));
 #endif

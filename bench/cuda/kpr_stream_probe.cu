@@ -134,6 +134,7 @@ __global__ void early_standin(const float *x, int8_t *q, float *d) {
 
 // Q8_0's geometry for the row kernel, with no decoding: one shared byte per item.
 struct TNoDecode {
+    static constexpr uint32_t TYPE = KPR_TYPE_Q8_0; // takes Q8_0's launch choices
     static constexpr uint32_t QK = 32, BS = 34, CB = 64, PARTS = 1;
     static constexpr bool FLOAT_X = false;
     template <int NC, int R, class Tab, class X>

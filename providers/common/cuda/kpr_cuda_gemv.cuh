@@ -53,20 +53,27 @@ struct GemvArgs : GemvKArgs {
     uint32_t gpb;          // 4-row kernel: row groups per block (set by the launcher)
 };
 
-template <class T, int R>
-struct ChunkGeom {
-    static constexpr uint32_t CB = T::CB;
+// A row chunk of CB_ blocks of type T as a warp stages it: its bytes, 16-byte vectors, the shared-memory
+// row that holds it, and the items each lane decodes.
+template <class T, uint32_t CB_>
+struct ChunkShape {
+    static constexpr uint32_t CB = CB_;
     static constexpr uint32_t BYTES = CB * T::BS;
     static constexpr uint32_t NV = (BYTES + 15) / 16;   // 16-byte vectors per row chunk
     static constexpr uint32_t VPL = (NV + 31) / 32;     // per lane
     static constexpr uint32_t SMEM_ROW = NV * 16 + 16;  // + slack for 2-byte-aligned word reads
     static constexpr uint32_t ITEMS = CB * T::PARTS / 32;
     static constexpr uint32_t EPI = T::QK / T::PARTS;
+    static_assert(CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
+};
+
+template <class T, int R>
+struct ChunkGeom : ChunkShape<T, T::CB> {
+    using ChunkShape<T, T::CB>::SMEM_ROW;
     // cp.async stages (compute capability 8.0+): 3 while a warp's chunk is small, else 2 (static shared
     // memory stays under 48 KiB per block and 4096 rows stay resident in one wave on 132 SMs). Deeper
     // rings (up to 6 stages in 27 KiB per block) and halved chunks measured no faster on the H200.
     static constexpr uint32_t stages() { return SMEM_ROW * R <= 2200 ? 3 : 2; }
-    static_assert(CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
 };
 
 // Staged activations (one column, compute capability 8.0+, plain GEMV, kStageActivations types): the
@@ -75,14 +82,10 @@ struct ChunkGeom {
 // from shared memory, requested S - 1 chunks ahead, instead of from L1 when they need them (where the
 // one-column kernels stalled most). Smaller chunks, so that the ring stays within 48 KiB per block.
 template <class T, int R>
-struct ChunkGeomXS {
-    static constexpr uint32_t CB = T::QK == 32 ? 32 : 8;
-    static constexpr uint32_t BYTES = CB * T::BS;
-    static constexpr uint32_t NV = (BYTES + 15) / 16;
-    static constexpr uint32_t VPL = (NV + 31) / 32;
-    static constexpr uint32_t SMEM_ROW = NV * 16 + 16;
-    static constexpr uint32_t ITEMS = CB * T::PARTS / 32;
-    static constexpr uint32_t EPI = T::QK / T::PARTS;
+struct ChunkGeomXS : ChunkShape<T, T::QK == 32 ? 32u : 8u> {
+    using Base = ChunkShape<T, T::QK == 32 ? 32u : 8u>;
+    using Base::CB;
+    using Base::SMEM_ROW;
     static constexpr uint32_t XQ = CB * T::QK;        // int8 activations of a chunk
     static constexpr uint32_t XF = CB * T::QK / 32;   // q8_1 blocks of a chunk (d, s each)
     static constexpr uint32_t XBYTES = XQ + 8 * XF;   // q, then d, then s
@@ -90,7 +93,6 @@ struct ChunkGeomXS {
     static constexpr uint32_t S0 = 45056 / (4 * STAGE);
     static constexpr uint32_t S = S0 < 2 ? 2 : S0 > 4 ? 4 : S0;
     static constexpr uint32_t stages() { return S; }
-    static_assert(CB * T::PARTS % 32 == 0, "a chunk must give every lane the same number of items");
 };
 
 // The types whose one-column GEMV stages its activations (measured on the H200, 4096 x 14336, the same
@@ -106,24 +108,13 @@ struct XStage {
     uint32_t kbase; // the chunk's first column index
     template <int N>
     __device__ __forceinline__ void words(int, uint32_t k0, int (&w)[N]) const {
-        static_assert(N % 4 == 0);
-        const uint32_t a = q + (k0 - kbase);
-#pragma unroll
-        for (int i = 0; i < N / 4; ++i)
-            asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(w[4 * i + 0]), "=r"(w[4 * i + 1]), "=r"(w[4 * i + 2]), "=r"(w[4 * i + 3])
-                         : "r"(a + 16u * i)
-                         : "memory");
+        lds_words_v4<N>(q + (k0 - kbase), reinterpret_cast<uint32_t (&)[N]>(w));
     }
     __device__ __forceinline__ float dq(int, uint32_t k) const {
-        float v;
-        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(d + (k - kbase) / 32 * 4) : "memory");
-        return v;
+        return __uint_as_float(lds_u32(d + (k - kbase) / 32 * 4));
     }
     __device__ __forceinline__ float sq(int, uint32_t k) const {
-        float v;
-        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(s + (k - kbase) / 32 * 4) : "memory");
-        return v;
+        return __uint_as_float(lds_u32(s + (k - kbase) / 32 * 4));
     }
 };
 
@@ -273,10 +264,10 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                 const uint8_t *q = reinterpret_cast<const uint8_t *>(x.q) + k;
                 const uint8_t *d = reinterpret_cast<const uint8_t *>(x.d + k / 32);
                 const uint8_t *sm = reinterpret_cast<const uint8_t *>(x.s + k / 32);
-                for (uint32_t v = lane; 16u * v < qbytes; v += 32) cp_async16_ca(&xsm[warp][st][16u * v], q + 16u * v);
+                for (uint32_t v = lane; 16u * v < qbytes; v += 32) cp_async16<true>(&xsm[warp][st][16u * v], q + 16u * v);
                 for (uint32_t v = lane; 16u * v < fbytes; v += 32) {
-                    cp_async16_ca(&xsm[warp][st][GX::XQ + 16u * v], d + 16u * v);
-                    cp_async16_ca(&xsm[warp][st][GX::XQ + 4 * GX::XF + 16u * v], sm + 16u * v);
+                    cp_async16<true>(&xsm[warp][st][GX::XQ + 16u * v], d + 16u * v);
+                    cp_async16<true>(&xsm[warp][st][GX::XQ + 4 * GX::XF + 16u * v], sm + 16u * v);
                 }
             }
         };
@@ -380,15 +371,10 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
 constexpr int kQuadRows = 4, kQuadWarps = 8;
 
 template <class T>
-struct QuadCfg {
+struct QuadCfg : ChunkShape<T, ((T::CB / 2) * T::PARTS % 32 == 0) ? T::CB / 2 : T::CB> {
+    using Base = ChunkShape<T, ((T::CB / 2) * T::PARTS % 32 == 0) ? T::CB / 2 : T::CB>;
+    using Base::SMEM_ROW;
     static constexpr int R = kQuadRows, W = kQuadWarps;
-    static constexpr uint32_t CB = ((T::CB / 2) * T::PARTS % 32 == 0) ? T::CB / 2 : T::CB;
-    static constexpr uint32_t BYTES = CB * T::BS;
-    static constexpr uint32_t NV = (BYTES + 15) / 16;
-    static constexpr uint32_t VPL = (NV + 31) / 32;
-    static constexpr uint32_t SMEM_ROW = NV * 16 + 16;
-    static constexpr uint32_t ITEMS = CB * T::PARTS / 32;
-    static constexpr uint32_t EPI = T::QK / T::PARTS;
     static constexpr uint32_t S0 = 24576 / (R * SMEM_ROW);
     static constexpr uint32_t S = S0 < 2 ? 2 : S0 > 6 ? 6 : S0;
     static constexpr uint32_t RING = W * S * R * SMEM_ROW;
@@ -396,7 +382,6 @@ struct QuadCfg {
     // providers that differ only in the policy take the same path (and produce the same bits)
     static constexpr uint32_t STATIC_RESERVE =
         (T::TYPE == KPR_TYPE_IQ3_XXS || T::TYPE == KPR_TYPE_IQ3_S) ? 8 * 1024 : 1024;
-    static_assert(CB * T::PARTS % 32 == 0);
 };
 
 template <class T, int NC, class Tab>

@@ -73,13 +73,22 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-#if KPR_EXPLICIT_LDS
 __device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
     uint32_t v;
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
     return v;
 }
-#endif
+// N words (N a multiple of 4) from a 16-byte-aligned shared address: 128-bit shared loads.
+template <int N>
+__device__ __forceinline__ void lds_words_v4(uint32_t a, uint32_t (&out)[N]) {
+    static_assert(N % 4 == 0);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(out[4 * i + 0]), "=r"(out[4 * i + 1]), "=r"(out[4 * i + 2]), "=r"(out[4 * i + 3])
+                     : "r"(a + 16u * i)
+                     : "memory");
+}
 
 // Loads N 32-bit words starting at a 2-byte-aligned shared-memory address: N+1 aligned word loads and
 // funnel shifts (GGUF blocks are only 2-byte aligned).
@@ -138,13 +147,7 @@ template <int N>
 __device__ __forceinline__ void load_words_a16(const uint8_t *p, uint32_t (&out)[N]) {
     static_assert(N % 4 == 0);
 #if KPR_EXPLICIT_LDS
-    const uint32_t a = smem_addr(p);
-#pragma unroll
-    for (int i = 0; i < N / 4; ++i)
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(out[4 * i + 0]), "=r"(out[4 * i + 1]), "=r"(out[4 * i + 2]), "=r"(out[4 * i + 3])
-                     : "r"(a + 16u * i)
-                     : "memory");
+    lds_words_v4<N>(smem_addr(p), out);
 #else
     const uint4 *v = reinterpret_cast<const uint4 *>(p);
 #pragma unroll
@@ -236,20 +239,16 @@ __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
 #endif
 }
 
-// cp.async (compute capability 8.0+): 16 bytes global -> shared, cached in L2 only.
+// cp.async (compute capability 8.0+): 16 bytes global -> shared, cached in L2 only; with THROUGH_L1,
+// also in L1 (cp.async.ca: for data that many warps of a multiprocessor copy, the activations).
+template <bool THROUGH_L1 = false>
 __device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
-#else
-    *reinterpret_cast<uint4 *>(smem_dst) = __ldg(reinterpret_cast<const uint4 *>(gmem_src));
-#endif
-}
-// The same copy through L1 (cp.async.ca): for data that many warps of a multiprocessor copy (activations).
-__device__ __forceinline__ void cp_async16_ca(void *smem_dst, const void *gmem_src) {
-#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+    if constexpr (THROUGH_L1)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
 #else
     *reinterpret_cast<uint4 *>(smem_dst) = __ldg(reinterpret_cast<const uint4 *>(gmem_src));
 #endif

@@ -95,11 +95,14 @@ struct ChunkGeomXS : ChunkShape<T, T::QK == 32 ? 32u : 8u> {
     static constexpr uint32_t stages() { return S; }
 };
 
-// The types whose one-column GEMV stages its activations (measured on the H200, 4096 x 14336, the same
-// lease: Q4_K 14.0 -> 12.4 us, IQ3_S 19.9 -> 19.4; slower for Q8_0 19.5 -> 21.2, IQ4_NL 15.0 -> 16.9,
-// IQ3_XXS 18.6 -> 18.9; Q4_0 within noise; the other types were not measured and keep the L1 path).
+// The types whose one-column GEMV stages its activations, measured on the H200 (4096 x 14336, staged and
+// L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K 17.2 -> 16.9,
+// IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9), IQ3_XXS
+// (18.6 -> 18.9), IQ4_XS (17.7 -> 18.1); within noise for Q4_0, Q2_K, Q6_K; not measured: Q4_1, Q5_0,
+// Q5_1 (docs/benchmarks.md "Where the one-column kernels wait").
 template <class T>
-inline constexpr bool kStageActivations = T::TYPE == KPR_TYPE_Q4_K || T::TYPE == KPR_TYPE_IQ3_S;
+inline constexpr bool kStageActivations = T::TYPE == KPR_TYPE_Q4_K || T::TYPE == KPR_TYPE_Q5_K ||
+                                          T::TYPE == KPR_TYPE_Q3_K || T::TYPE == KPR_TYPE_IQ3_S;
 
 // The activations of one chunk in shared memory, with XView's interface (column 0 only).
 struct XStage {

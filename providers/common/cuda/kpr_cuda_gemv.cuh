@@ -76,34 +76,6 @@ struct ChunkGeom : ChunkShape<T, T::CB> {
     static constexpr uint32_t stages() { return SMEM_ROW * R <= 2200 ? 3 : 2; }
 };
 
-// Staged activations (one column, compute capability 8.0+, plain GEMV, kStageActivations types): the
-// chunk's q8_1 activations (int8 plane, d, s) travel in the cp.async ring with the weights (copied
-// through L1, cp.async.ca, so that the warps of a multiprocessor share them), and the decoders read them
-// from shared memory, requested S - 1 chunks ahead, instead of from L1 when they need them (where the
-// one-column kernels stalled most). Smaller chunks, so that the ring stays within 48 KiB per block.
-template <class T, int R>
-struct ChunkGeomXS : ChunkShape<T, T::QK == 32 ? 32u : 8u> {
-    using Base = ChunkShape<T, T::QK == 32 ? 32u : 8u>;
-    using Base::CB;
-    using Base::SMEM_ROW;
-    static constexpr uint32_t XQ = CB * T::QK;        // int8 activations of a chunk
-    static constexpr uint32_t XF = CB * T::QK / 32;   // q8_1 blocks of a chunk (d, s each)
-    static constexpr uint32_t XBYTES = XQ + 8 * XF;   // q, then d, then s
-    static constexpr uint32_t STAGE = R * SMEM_ROW + XBYTES;
-    static constexpr uint32_t S0 = 45056 / (4 * STAGE);
-    static constexpr uint32_t S = S0 < 2 ? 2 : S0 > 4 ? 4 : S0;
-    static constexpr uint32_t stages() { return S; }
-};
-
-// The types whose one-column GEMV stages its activations, measured on the H200 (4096 x 14336, staged and
-// L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K 17.2 -> 16.9,
-// IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9), IQ3_XXS
-// (18.6 -> 18.9), IQ4_XS (17.7 -> 18.1); within noise for Q4_0, Q2_K, Q6_K; not measured: Q4_1, Q5_0,
-// Q5_1 (docs/benchmarks.md "Where the one-column kernels wait").
-template <class T>
-inline constexpr bool kStageActivations = T::TYPE == KPR_TYPE_Q4_K || T::TYPE == KPR_TYPE_Q5_K ||
-                                          T::TYPE == KPR_TYPE_Q3_K || T::TYPE == KPR_TYPE_IQ3_S;
-
 // The activations of one chunk in shared memory, with XView's interface (column 0 only).
 struct XStage {
     uint32_t q;     // shared address of the chunk's int8 activations
@@ -120,6 +92,40 @@ struct XStage {
         return __uint_as_float(lds_u32(s + (k - kbase) / 32 * 4));
     }
 };
+
+// Staged activations (one column, compute capability 8.0+, plain GEMV, kStageActivations types): the
+// chunk's q8_1 activations (int8 plane, d, s) travel in the cp.async ring with the weights (copied
+// through L1, cp.async.ca, so that the warps of a multiprocessor share them), and the decoders read them
+// from shared memory, requested S - 1 chunks ahead, instead of from L1 when they need them (where the
+// one-column kernels stalled most). Smaller chunks, so that the ring stays within 48 KiB per block.
+template <class T, int R>
+struct ChunkGeomXS : ChunkShape<T, T::QK == 32 ? 32u : 8u> {
+    using Base = ChunkShape<T, T::QK == 32 ? 32u : 8u>;
+    using Base::CB;
+    using Base::SMEM_ROW;
+    // a stage's activations: the int8 plane (XQ bytes), then XF block scales d, then XF block sums s
+    static constexpr uint32_t XQ = CB * T::QK;
+    static constexpr uint32_t XF = CB * T::QK / 32;
+    static constexpr uint32_t XD = XQ, XSUM = XQ + 4 * XF, XBYTES = XQ + 8 * XF;
+    static constexpr uint32_t STAGE = R * SMEM_ROW + XBYTES;
+    static constexpr uint32_t S0 = 45056 / (kGemvWarps * STAGE); // 44 KiB of ring per block
+    static constexpr uint32_t S = S0 < 2 ? 2 : S0 > 4 ? 4 : S0;
+    static constexpr uint32_t stages() { return S; }
+    // the XStage of a stage at shared address xb holding chunk columns from kbase on
+    __device__ __forceinline__ static XStage view(uint32_t xb, uint32_t kbase) {
+        return XStage{xb, xb + XD, xb + XSUM, kbase};
+    }
+};
+
+// The types whose one-column GEMV stages its activations, measured on the H200 (4096 x 14336, staged and
+// L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K 17.2 -> 16.9,
+// IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9), IQ3_XXS
+// (18.6 -> 18.9), IQ4_XS (17.7 -> 18.1); within noise for Q4_0, Q2_K, Q6_K; not measured: Q4_1, Q5_0,
+// Q5_1 (docs/benchmarks.md "Where the one-column kernels wait").
+template <class T>
+inline constexpr bool kStageActivations = T::TYPE == KPR_TYPE_Q4_K || T::TYPE == KPR_TYPE_Q5_K ||
+                                          T::TYPE == KPR_TYPE_Q3_K || T::TYPE == KPR_TYPE_IQ3_S;
+
 
 // Unaligned fallback: the same 16 bytes, fetched 2 bytes at a time (blocks are 2-byte aligned).
 __device__ __forceinline__ uint4 ld16_a2(const uint8_t *p, uint32_t avail) {
@@ -216,9 +222,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                 for (int r = 0; r < R; ++r) wp[r] = &smem[warp][st][r][b * T::BS];
                 const uint32_t k0 = (c * G::CB + b) * T::QK + part * G::EPI;
                 if constexpr (XS) {
-                    const uint32_t xb = smem_addr(&xsm[warp][st][0]);
-                    const XStage xs{xb, xb + ChunkGeomXS<T, R>::XQ, xb + ChunkGeomXS<T, R>::XQ + 4 * ChunkGeomXS<T, R>::XF,
-                                    c * G::CB * T::QK};
+                    const XStage xs = ChunkGeomXS<T, R>::view(smem_addr(&xsm[warp][st][0]), c * G::CB * T::QK);
                     T::template item<NC, R, Tab>(wp, part, xs, k0, tab, acc);
                 } else {
                     T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
@@ -269,8 +273,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                 const uint8_t *sm = reinterpret_cast<const uint8_t *>(x.s + k / 32);
                 for (uint32_t v = lane; 16u * v < qbytes; v += 32) cp_async16<true>(&xsm[warp][st][16u * v], q + 16u * v);
                 for (uint32_t v = lane; 16u * v < fbytes; v += 32) {
-                    cp_async16<true>(&xsm[warp][st][GX::XQ + 16u * v], d + 16u * v);
-                    cp_async16<true>(&xsm[warp][st][GX::XQ + 4 * GX::XF + 16u * v], sm + 16u * v);
+                    cp_async16<true>(&xsm[warp][st][GX::XD + 16u * v], d + 16u * v);
+                    cp_async16<true>(&xsm[warp][st][GX::XSUM + 16u * v], sm + 16u * v);
                 }
             }
         };

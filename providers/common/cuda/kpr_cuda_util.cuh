@@ -244,7 +244,7 @@ __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
 template <bool THROUGH_L1 = false>
 __device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+    const uint32_t d = smem_addr(smem_dst);
     if constexpr (THROUGH_L1)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
     else

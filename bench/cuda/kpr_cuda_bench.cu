@@ -278,9 +278,10 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
             kpr::cuda::quantize_act_q8_1<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
                 dx, n, const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
         };
-        int sms = 0, optin = 0;
+        int sms = 0, optin = 0, per_sm = 0;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
         auto args = [&](uint32_t c) {
             kpr::cuda::GemvArgs a{};
             a.w = dw + uint64_t(c) * wbytes;
@@ -297,6 +298,7 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
             a.y = dy;
             a.sms = static_cast<uint32_t>(sms);
             a.smem_optin = static_cast<uint32_t>(optin);
+            a.smem_sm = static_cast<uint32_t>(per_sm);
             return a;
         };
         auto gemv = [&](uint32_t c, bool pdl) { // the row kernel, x already quantized

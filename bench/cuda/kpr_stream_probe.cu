@@ -165,7 +165,7 @@ double time_graph(F body) {
 } // namespace
 
 int main() {
-    int dev = 0, cc = 0, sms = 0, optin = 0;
+    int dev = 0, cc = 0, sms = 0, optin = 0, per_sm = 0;
     if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
         std::printf("no CUDA GPU\n");
         return 2;
@@ -177,6 +177,7 @@ int main() {
     }
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
     PROBE_CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
     const size_t big = size_t(4) << 30;
     uint8_t *buf;
@@ -283,6 +284,7 @@ int main() {
             a.y = yy;
             a.sms = sms;
             a.smem_optin = optin;
+            a.smem_sm = per_sm;
             a.sm80 = 1;
             if (quant) {
                 a.xf = xf;

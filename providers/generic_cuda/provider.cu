@@ -102,9 +102,16 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     const char *layout = sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
                          : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
                                                                                : "a row per warp";
-    cuda::set_reason(offer, "%s %s, ncols %u, %s activations, %s", td->name,
+    // where a one-column call reads its activations (the launcher falls back to L1 where the whole
+    // vector does not fit its shared-memory budget)
+    const bool one = sm80 && op->ncols == 1;
+    const char *xsrc = !one                                         ? ""
+                       : cuda::copies_whole_vector(op->weight_type) ? ", the vector in shared memory per block where it fits"
+                       : cuda::stages_activations(op->weight_type)  ? ", staged with the weight chunks"
+                                                                    : "";
+    cuda::set_reason(offer, "%s %s, ncols %u, %s activations%s, %s", td->name,
                      op->kind == KPR_OP_GEMV ? "gemv" : "grouped gemv (ids on the device)", op->ncols,
-                     k->float_x ? "float" : "q8_1", layout);
+                     k->float_x ? "float" : "q8_1", xsrc, layout);
     return KPR_OK;
 }
 
@@ -180,6 +187,8 @@ constexpr Shape kShapes[] = {
     {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},
     {"130x768", KPR_OP_GEMV, 130, 768, 6, 1, 1, 1},
     {"4097x512", KPR_OP_GEMV, 4097, 512, 7, 1, 1, 1},
+    {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1}, // whole vector per block, a block with an idle warp
+    {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},   // too wide for the whole vector per block
     {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
     {"moe 32e8u 2048x768 slots", KPR_OP_GEMV_GROUPED, 2048, 768, 3, 32, 8, 8},
 };

@@ -5,7 +5,10 @@
 // shared memory, and decoded from there, so the 2-byte-aligned GGUF blocks never dictate the width of
 // a global load. Each lane accumulates its items in a fixed order; a butterfly shuffle reduction ends
 // the row. Grouped GEMV uses the same kernel with blockIdx.y selecting (column, expert slot); the expert
-// id is read on the device.
+// id is read on the device. (On 8.0+ the chunks travel through a cp.async ring instead of registers.)
+// The q8_1 activations are read from global memory through L1, or at one column, per type
+// (XSource), from shared memory: staged chunk by chunk with the weights, or the whole vector copied
+// once per block.
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -50,6 +53,7 @@ struct GemvArgs : GemvKArgs {
                            // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
     uint32_t sms;          // multiprocessors
     uint32_t smem_optin;   // shared memory per block, opt-in maximum
+    uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)
     uint32_t gpb;          // 4-row kernel: row groups per block (set by the launcher)
 };
 
@@ -117,15 +121,46 @@ struct ChunkGeomXS : ChunkShape<T, T::QK == 32 ? 32u : 8u> {
     }
 };
 
-// The types whose one-column GEMV stages its activations, measured on the H200 (4096 x 14336, staged and
-// L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K 17.2 -> 16.9,
-// IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9), IQ3_XXS
-// (18.6 -> 18.9), IQ4_XS (17.7 -> 18.1); within noise for Q4_0, Q2_K, Q6_K; not measured: Q4_1, Q5_0,
-// Q5_1 (docs/benchmarks.md "Where the one-column kernels wait").
-template <class T>
-inline constexpr bool kStageActivations = T::TYPE == KPR_TYPE_Q4_K || T::TYPE == KPR_TYPE_Q5_K ||
-                                          T::TYPE == KPR_TYPE_Q3_K || T::TYPE == KPR_TYPE_IQ3_S;
+// Where the row kernel's decoders read the q8_1 activations from.
+enum XSource : int {
+    kXFromL1 = 0,      // global memory through L1, when the decoder needs them
+    kXStagedChunks = 1, // each chunk's activations copied into the warp's ring with the chunk (ChunkGeomXS)
+    kXWholeVector = 2, // the whole vector copied once per block into dynamic shared memory (XWhole)
+};
 
+// The whole-vector layout (one column): the int8 plane (cols bytes), then the block scales d, then the
+// block sums s, each float plane padded to 16 bytes. The scratch pads every plane to 256 bytes, so the
+// last 16-byte copy of a plane stays inside it.
+struct XWhole {
+    __host__ __device__ static constexpr uint32_t fbytes(uint32_t cols) { return (cols / 32 * 4 + 15) / 16 * 16; }
+    __host__ __device__ static constexpr uint32_t bytes(uint32_t cols) { return cols + 2 * fbytes(cols); }
+    __device__ __forceinline__ static XStage view(uint32_t base, uint32_t cols) {
+        return XStage{base, base + cols, base + cols + fbytes(cols), 0};
+    }
+};
+
+// The types whose one-column GEMV stages its activations chunk by chunk, measured on the H200 (4096 x
+// 14336, staged and L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K
+// 17.2 -> 16.9, IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9),
+// IQ3_XXS (18.6 -> 18.9), IQ4_XS (17.7 -> 18.1); within noise for Q4_0, Q2_K, Q6_K; not measured: Q4_1,
+// Q5_0, Q5_1 (docs/benchmarks.md "Where the one-column kernels wait").
+constexpr bool stages_activations(uint32_t type) {
+    return type == KPR_TYPE_Q4_K || type == KPR_TYPE_Q5_K || type == KPR_TYPE_Q3_K || type == KPR_TYPE_IQ3_S;
+}
+template <class T>
+inline constexpr bool kStageActivations = stages_activations(T::TYPE);
+
+// The types whose one-column GEMV copies the whole activation vector into each block (where it fits,
+// launch_gemv_whole_x), measured on the H200 against the paths above (4096 x 14336, alternating twice
+// in one lease): Q4_0 13.9 -> 12.3 us, Q4_1 13.9 -> 12.9, IQ4_NL 14.9 -> 12.9, Q2_K 13.3 -> 10.5, Q3_K
+// 16.9 (staged) -> 16.1, Q6_K 17.6 -> 16.7. Not taken: Q8_0 (19.3 -> 19.6), Q5_0 (15.2 -> 16.7), IQ3_S
+// (19.4 -> 19.7), within noise for Q4_K, Q5_1, IQ3_XXS, IQ4_XS; Q5_K does not fit four blocks per SM.
+constexpr bool copies_whole_vector(uint32_t type) {
+    return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_Q4_1 || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q2_K ||
+           type == KPR_TYPE_Q3_K || type == KPR_TYPE_Q6_K;
+}
+template <class T>
+inline constexpr bool kWholeVector = copies_whole_vector(T::TYPE);
 
 // Unaligned fallback: the same 16 bytes, fetched 2 bytes at a time (blocks are 2-byte aligned).
 __device__ __forceinline__ uint4 ld16_a2(const uint8_t *p, uint32_t avail) {
@@ -148,16 +183,17 @@ struct GemvOcc {
 #endif
 };
 
-template <class T, int NC, int R, class Tab, bool XS = false>
+template <class T, int NC, int R, class Tab, int XM = kXFromL1>
 __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
     gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
     // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
     // (launch_row_nc): no code below 8.0, where the register-staged path would need the registers of a
     // second row
-    if constexpr ((NC <= 2 && R == 2) || XS) return;
+    if constexpr ((NC <= 2 && R == 2) || XM != kXFromL1) return;
 #endif
-    static_assert(!XS || NC == 1, "staged activations: one column");
+    constexpr bool XS = XM == kXStagedChunks, XB = XM == kXWholeVector;
+    static_assert(XM == kXFromL1 || NC == 1, "activations in shared memory: one column");
     using G = std::conditional_t<XS, ChunkGeomXS<T, R>, ChunkGeom<T, R>>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     constexpr bool kAsync = true; // cp.async ring of stages
@@ -172,11 +208,34 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
         else return 16u;
     }();
     __shared__ alignas(16) uint8_t xsm[XS ? kGemvWarps : 1][XS ? S : 1][kXsBytes];
+    extern __shared__ __align__(16) uint8_t xwhole[]; // XB: XWhole::bytes(cols), dynamic
     const Tab tab = Tab::prologue(); // may stage tables in shared memory (with a block barrier)
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t row0 = (blockIdx.x * kGemvWarps + warp) * R;
-    if (row0 >= a.rows) return;
+    // XB: after the dependency wait, the whole block copies the activation vector into xwhole and waits
+    // for it (a warp that owns no row too). Measured: waiting per piece of the vector instead (mbarriers,
+    // a warp waiting only for the piece of its next chunk) was slower for most types.
+    auto load_whole_x = [&] {
+        if constexpr (XB) {
+            const uint32_t cols = a.x.cols, fb = XWhole::fbytes(cols);
+            const uint8_t *q = reinterpret_cast<const uint8_t *>(a.x.q);
+            const uint8_t *d = reinterpret_cast<const uint8_t *>(a.x.d);
+            const uint8_t *sm = reinterpret_cast<const uint8_t *>(a.x.s);
+            for (uint32_t v = threadIdx.x; 16u * v < cols; v += blockDim.x) cp_async16<true>(xwhole + 16u * v, q + 16u * v);
+            for (uint32_t v = threadIdx.x; 16u * v < fb; v += blockDim.x) {
+                cp_async16<true>(xwhole + cols + 16u * v, d + 16u * v);
+                cp_async16<true>(xwhole + cols + fb + 16u * v, sm + 16u * v);
+            }
+            cp_async_commit();
+            cp_async_wait<0>(); // (the weight chunks requested before it are older: they land first anyway)
+            __syncthreads();
+        }
+    };
+    // a warp that owns no row leaves now, except with XB: it copies its share of the vector and meets the
+    // barrier in load_whole_x (the same barrier as the other warps) first
+    const bool idle = row0 >= a.rows;
+    if (!XB && idle) return;
 
     const uint8_t *wbase = a.w;
     XView x = a.x;
@@ -224,6 +283,8 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
                 if constexpr (XS) {
                     const XStage xs = ChunkGeomXS<T, R>::view(smem_addr(&xsm[warp][st][0]), c * G::CB * T::QK);
                     T::template item<NC, R, Tab>(wp, part, xs, k0, tab, acc);
+                } else if constexpr (XB) {
+                    T::template item<NC, R, Tab>(wp, part, XWhole::view(smem_addr(xwhole), a.x.cols), k0, tab, acc);
                 } else {
                     T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
                 }
@@ -280,11 +341,13 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
         };
 #pragma unroll
         for (uint32_t c = 0; c + 1 < S; ++c) {
-            if (c < nchunks) issue(c);
+            if (c < nchunks && !idle) issue(c);
             cp_async_commit();
         }
         pdl_wait();              // activations are written by the kernel before this one
         pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
+        load_whole_x();
+        if (idle) return;
         if constexpr (XS) {
             // one group per chunk already requested, so that wait<S - 1> below still means "chunk c
             // has landed": before chunk c's group come its weights, after it S - 1 groups
@@ -361,11 +424,56 @@ constexpr int rows_per_warp() {
 // Launches gemv_rows_kernel<T, NC, R, Tab>: grid.x covers the rows, grid.y the grouped tasks.
 // `pdl`: launch with programmatic stream serialization (compute capability 9.0: the kernel may start
 // while the activation quantizer finishes).
-template <class T, int NC, class Tab, int R = rows_per_warp<NC>(), bool XS = false>
+template <class T, int NC, class Tab, int R = rows_per_warp<NC>(), int XM = kXFromL1>
 cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t stream) {
     const uint32_t rows_per_block = kGemvWarps * R;
-    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab, XS>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
+    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab, XM>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
                       dim3(32 * kGemvWarps), 0, pdl, stream, static_cast<const GemvKArgs &>(a));
+}
+
+// The one-column row kernel with the whole activation vector in each block's shared memory (two rows
+// per warp, plain GEMV, 8.0+). cudaErrorNotSupported where the vector and the kernel's own shared memory
+// would not leave room for the blocks per multiprocessor the row kernel runs with (the caller takes the
+// other paths then: 4 blocks of ~36 KiB static on a 228 KiB multiprocessor leave room for rows up to
+// about 16K wide).
+template <class T, class Tab>
+cudaError_t launch_gemv_whole_x(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    auto k = gemv_rows_kernel<T, 1, 2, Tab, kXWholeVector>;
+    const uint32_t dyn = XWhole::bytes(a.x.cols);
+    // per device: the kernel's static shared memory, and whether its dynamic maximum is set (to all the
+    // opt-in room the static part leaves, the same value from every thread, so that concurrent first
+    // calls with different widths cannot lower it under one another)
+    struct Attr {
+        std::atomic<int> static_bytes{-1};
+        std::atomic<bool> dyn_set{false};
+    };
+    static Attr attr[64];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64 || a.smem_sm == 0) return cudaErrorNotSupported;
+    int st = attr[dev].static_bytes.load(std::memory_order_relaxed);
+    if (st < 0) {
+        cudaFuncAttributes fa{};
+        e = cudaFuncGetAttributes(&fa, k);
+        if (e != cudaSuccess) return e;
+        st = static_cast<int>(fa.sharedSizeBytes);
+        attr[dev].static_bytes.store(st, std::memory_order_relaxed);
+    }
+    constexpr uint32_t kReservedPerBlock = 1024; // the runtime's own shared memory per block
+    const uint32_t per_block = static_cast<uint32_t>(st) + dyn + kReservedPerBlock;
+    if (static_cast<uint64_t>(per_block) * GemvOcc<1, 2>::MIN_BLOCKS > a.smem_sm || st + dyn > a.smem_optin)
+        return cudaErrorNotSupported;
+    if (!attr[dev].dyn_set.load(std::memory_order_acquire)) {
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(a.smem_optin) - st);
+        if (e != cudaSuccess) return e;
+        e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+        attr[dev].dyn_set.store(true, std::memory_order_release);
+    }
+    const uint32_t rows_per_block = kGemvWarps * 2;
+    return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, 1), dim3(32 * kGemvWarps), dyn, pdl, stream,
+                      static_cast<const GemvKArgs &>(a));
 }
 
 // ---- the 4-row kernel (compute capability 8.0+, plain GEMV of a 256-weight-block type, ncols >= 3) ---
@@ -526,6 +634,7 @@ cudaError_t launch_quad_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStre
 template <class T, class Tab>
 cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s);
 
+
 // Dispatch: the 4-row kernel for 3..8 columns of a 256-weight-block type where it applies (a.sm80:
 // compute capability 8.0+, aligned rows, plain GEMV), else the quantizer (when a.xq_n) and the row
 // kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
@@ -553,8 +662,13 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
     const bool two = a.sm80 && tasks == 1 && a.ids == nullptr;
     switch (ncols) {
     case 1:
+        if constexpr (kWholeVector<T>)
+            if (two) {
+                const cudaError_t e = launch_gemv_whole_x<T, Tab>(a, pdl, s);
+                if (e != cudaErrorNotSupported) return e;
+            }
         if constexpr (kStageActivations<T>)
-            if (two) return launch_gemv<T, 1, Tab, 2, true>(a, tasks, pdl, s);
+            if (two) return launch_gemv<T, 1, Tab, 2, kXStagedChunks>(a, tasks, pdl, s);
         return two ? launch_gemv<T, 1, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
     case 2: return two ? launch_gemv<T, 2, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 2, Tab>(a, tasks, pdl, s);
     case 3: return launch_gemv<T, 3, Tab>(a, tasks, pdl, s);

@@ -25,6 +25,7 @@ struct GemvPrepared {
     bool sm80 = false;       // the 8.0+ layouts may run (compute capability 8.0+, 16-byte aligned rows)
     uint32_t sms = 0;
     uint32_t smem_optin = 0; // shared memory per block, opt-in maximum
+    uint32_t smem_sm = 0;    // shared memory per multiprocessor
     GemvLaunchFn launch = nullptr;
     std::unique_ptr<StreamScratch> scratch;
 };
@@ -64,6 +65,9 @@ inline kpr_status gemv_prepare(const kpr_op_desc *op, const kpr_device_desc *dev
     int optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev->ordinal) != cudaSuccess) optin = 0;
     p->smem_optin = optin > 0 ? static_cast<uint32_t>(optin) : 0;
+    int per_sm = 0;
+    if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev->ordinal) != cudaSuccess) per_sm = 0;
+    p->smem_sm = per_sm > 0 ? static_cast<uint32_t>(per_sm) : 0;
     p->sm80 = dev->cc_major >= 8 && p->aligned && !float_x && op->kind == KPR_OP_GEMV && p->sms > 0;
     p->launch = launch;
     p->scratch.reset(new (std::nothrow) StreamScratch(gemv_scratch_bytes(op, float_x)));
@@ -107,6 +111,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     a.sm80 = p.sm80 ? 1u : 0u;
     a.sms = p.sms;
     a.smem_optin = p.smem_optin;
+    a.smem_sm = p.smem_sm;
     bool pdl = false;
     if (p.float_x) {
         const float *xf = args->x;

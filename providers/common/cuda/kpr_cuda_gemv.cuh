@@ -151,13 +151,25 @@ template <class T>
 inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 
 // The types whose one-column GEMV copies the whole activation vector into each block (where it fits,
-// launch_gemv_whole_x), measured on the H200 against the paths above (4096 x 14336, alternating twice
-// in one lease): Q4_0 13.9 -> 12.3 us, Q4_1 13.9 -> 12.9, IQ4_NL 14.9 -> 12.9, Q2_K 13.3 -> 10.5, Q3_K
-// 16.9 (staged) -> 16.1, Q6_K 17.6 -> 16.7. Not taken: Q8_0 (19.3 -> 19.6), Q5_0 (15.2 -> 16.7), IQ3_S
-// (19.4 -> 19.7), within noise for Q4_K, Q5_1, IQ3_XXS, IQ4_XS; Q5_K does not fit four blocks per SM.
+// launch_gemv_dyn), and with how many warps per block: 4 (four blocks per SM, the ring in static shared
+// memory) or 16 (one block per SM: the vector copied once per SM; the ring, 2 stages, in dynamic shared
+// memory). Measured on the H200, 4096 x 14336, one column, each against the paths before it alternating
+// twice in one lease (docs/benchmarks.md "The whole activation vector in each block"), us per call:
+//   4 warps:  Q4_0 13.9 -> 12.3, IQ4_NL 14.9 -> 12.9, Q2_K 13.4 -> 11.3 (16 warps: no faster)
+//   16 warps: Q4_1 13.9 -> 12.2, Q5_0 15.2 -> 14.1, Q5_1 15.7 -> 14.4, Q3_K 16.9 (staged) -> 15.9,
+//             Q6_K 17.6 -> 16.6, IQ4_XS 17.7 -> 17.3
+// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, IQ3_XXS, IQ3_S, Q5_K (slower or no
+// faster either way). Three stages of the ring instead of two were slower for every type.
 constexpr bool copies_whole_vector(uint32_t type) {
     return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_Q4_1 || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q2_K ||
-           type == KPR_TYPE_Q3_K || type == KPR_TYPE_Q6_K;
+           type == KPR_TYPE_Q3_K || type == KPR_TYPE_Q6_K || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 ||
+           type == KPR_TYPE_IQ4_XS;
+}
+constexpr int whole_vector_warps(uint32_t type) {
+    return type == KPR_TYPE_Q4_1 || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 || type == KPR_TYPE_Q3_K ||
+                   type == KPR_TYPE_Q6_K || type == KPR_TYPE_IQ4_XS
+               ? 16
+               : 4;
 }
 template <class T>
 inline constexpr bool kWholeVector = copies_whole_vector(T::TYPE);
@@ -183,36 +195,47 @@ struct GemvOcc {
 #endif
 };
 
-template <class T, int NC, int R, class Tab, int XM = kXFromL1>
-__global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
+// W warps per block; SD > 0: the cp.async ring has SD stages in dynamic shared memory (before the
+// whole vector, with XB) instead of the static ring.
+template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0>
+__global__ void __launch_bounds__(32 * W, (GemvOcc<NC, R>::MIN_BLOCKS * kGemvWarps / W > 0
+                                               ? GemvOcc<NC, R>::MIN_BLOCKS * kGemvWarps / W
+                                               : 1))
     gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
     // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
     // (launch_row_nc): no code below 8.0, where the register-staged path would need the registers of a
     // second row
-    if constexpr ((NC <= 2 && R == 2) || XM != kXFromL1) return;
+    if constexpr ((NC <= 2 && R == 2) || XM != kXFromL1 || SD > 0) return;
 #endif
     constexpr bool XS = XM == kXStagedChunks, XB = XM == kXWholeVector;
     static_assert(XM == kXFromL1 || NC == 1, "activations in shared memory: one column");
     using G = std::conditional_t<XS, ChunkGeomXS<T, R>, ChunkGeom<T, R>>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     constexpr bool kAsync = true; // cp.async ring of stages
-    constexpr uint32_t S = G::stages();
+    constexpr uint32_t S = SD > 0 ? SD : G::stages();
 #else
     constexpr bool kAsync = false; // registers hold the next chunk
     constexpr uint32_t S = 1;
 #endif
-    __shared__ alignas(16) uint8_t smem[kGemvWarps][S][R][G::SMEM_ROW];
+    constexpr bool kDynRing = SD > 0;
+    static_assert(!(kDynRing && XS), "the staged-chunk ring is static");
+    __shared__ alignas(16) uint8_t smem[kDynRing ? 1 : W][kDynRing ? 1 : S][kDynRing ? 1 : R][kDynRing ? 16 : G::SMEM_ROW];
     constexpr uint32_t kXsBytes = [] {
         if constexpr (XS) return ChunkGeomXS<T, R>::XBYTES;
         else return 16u;
     }();
-    __shared__ alignas(16) uint8_t xsm[XS ? kGemvWarps : 1][XS ? S : 1][kXsBytes];
-    extern __shared__ __align__(16) uint8_t xwhole[]; // XB: XWhole::bytes(cols), dynamic
+    __shared__ alignas(16) uint8_t xsm[XS ? W : 1][XS ? S : 1][kXsBytes];
+    extern __shared__ __align__(16) uint8_t gemv_dyn[]; // the dynamic ring (SD), then the vector (XB)
+    auto ring = [&](uint32_t w, uint32_t st, int r) -> uint8_t * {
+        if constexpr (kDynRing) return gemv_dyn + ((w * S + st) * R + r) * G::SMEM_ROW;
+        else return &smem[w][st][r][0];
+    };
+    uint8_t *const xwhole = gemv_dyn + (kDynRing ? W * S * R * G::SMEM_ROW : 0); // XB: XWhole::bytes(cols)
     const Tab tab = Tab::prologue(); // may stage tables in shared memory (with a block barrier)
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const uint32_t row0 = (blockIdx.x * kGemvWarps + warp) * R;
+    const uint32_t row0 = (blockIdx.x * W + warp) * R;
     // XB: after the dependency wait, the whole block copies the activation vector into xwhole and waits
     // for it (a warp that owns no row too). Measured: waiting per piece of the vector instead (mbarriers,
     // a warp waiting only for the piece of its next chunk) was slower for most types.
@@ -278,7 +301,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
             if (b < nblk) {
                 const uint8_t *wp[R];
 #pragma unroll
-                for (int r = 0; r < R; ++r) wp[r] = &smem[warp][st][r][b * T::BS];
+                for (int r = 0; r < R; ++r) wp[r] = ring(warp, st, r) + b * T::BS;
                 const uint32_t k0 = (c * G::CB + b) * T::QK + part * G::EPI;
                 if constexpr (XS) {
                     const XStage xs = ChunkGeomXS<T, R>::view(smem_addr(&xsm[warp][st][0]), c * G::CB * T::QK);
@@ -317,7 +340,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
 #pragma unroll
                 for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
                     const uint32_t v = lane + 32u * i;
-                    if (v < G::NV && 16u * v < bytes) cp_async16(&smem[warp][st][r][16u * v], rp[r] + off + 16u * v);
+                    if (v < G::NV && 16u * v < bytes) cp_async16(ring(warp, st, r) + 16u * v, rp[r] + off + 16u * v);
                 }
         };
         // the chunk's activations (staged variant): int8 plane, then d and s, 16 bytes per copy; the
@@ -394,7 +417,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps, (GemvOcc<NC, R>::MIN_BLOCKS))
 #pragma unroll
                 for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
                     const uint32_t v = lane + 32u * i;
-                    if (v < G::NV) *reinterpret_cast<uint4 *>(&smem[warp][0][r][16u * v]) = buf[r][i];
+                    if (v < G::NV) *reinterpret_cast<uint4 *>(ring(warp, 0, r) + 16u * v) = buf[r][i];
                 }
             __syncwarp();
             if (c + 1 < nchunks) fetch(c + 1);
@@ -431,15 +454,18 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
                       dim3(32 * kGemvWarps), 0, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
-// The one-column row kernel with the whole activation vector in each block's shared memory (two rows
-// per warp, plain GEMV, 8.0+). cudaErrorNotSupported where the vector and the kernel's own shared memory
-// would not leave room for the blocks per multiprocessor the row kernel runs with (the caller takes the
-// other paths then: 4 blocks of ~36 KiB static on a 228 KiB multiprocessor leave room for rows up to
-// about 16K wide).
-template <class T, class Tab>
-cudaError_t launch_gemv_whole_x(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    auto k = gemv_rows_kernel<T, 1, 2, Tab, kXWholeVector>;
-    const uint32_t dyn = XWhole::bytes(a.x.cols);
+// The one-column row kernel (two rows per warp, plain GEMV, 8.0+) with dynamic shared memory: with XM ==
+// kXWholeVector the whole activation vector in each block, with SD > 0 a ring of SD stages, W warps per
+// block. cudaErrorNotSupported where that would not leave room for the row kernel's warps per
+// multiprocessor (16: four blocks of 4 warps; the caller takes the other paths then: 4 blocks of ~36 KiB
+// static on a 228 KiB multiprocessor leave room for whole vectors up to about 16K columns).
+template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0>
+cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD>;
+    const uint32_t dyn = (SD > 0 ? W * SD * 2 * ChunkGeom<T, 2>::SMEM_ROW : 0) +
+                         (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
+    constexpr uint32_t kBlocksPerSm = GemvOcc<1, 2>::MIN_BLOCKS * kGemvWarps / W > 0
+                                          ? GemvOcc<1, 2>::MIN_BLOCKS * kGemvWarps / W : 1;
     // per device: the kernel's static shared memory, and whether its dynamic maximum is set (to all the
     // opt-in room the static part leaves, the same value from every thread, so that concurrent first
     // calls with different widths cannot lower it under one another)
@@ -462,7 +488,7 @@ cudaError_t launch_gemv_whole_x(const GemvArgs &a, bool pdl, cudaStream_t stream
     }
     constexpr uint32_t kReservedPerBlock = 1024; // the runtime's own shared memory per block
     const uint32_t per_block = static_cast<uint32_t>(st) + dyn + kReservedPerBlock;
-    if (static_cast<uint64_t>(per_block) * GemvOcc<1, 2>::MIN_BLOCKS > a.smem_sm || st + dyn > a.smem_optin)
+    if (static_cast<uint64_t>(per_block) * kBlocksPerSm > a.smem_sm || st + dyn > a.smem_optin)
         return cudaErrorNotSupported;
     if (!attr[dev].dyn_set.load(std::memory_order_acquire)) {
         e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(a.smem_optin) - st);
@@ -471,8 +497,8 @@ cudaError_t launch_gemv_whole_x(const GemvArgs &a, bool pdl, cudaStream_t stream
         if (e != cudaSuccess) return e;
         attr[dev].dyn_set.store(true, std::memory_order_release);
     }
-    const uint32_t rows_per_block = kGemvWarps * 2;
-    return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, 1), dim3(32 * kGemvWarps), dyn, pdl, stream,
+    const uint32_t rows_per_block = W * 2;
+    return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, 1), dim3(32 * W), dyn, pdl, stream,
                       static_cast<const GemvKArgs &>(a));
 }
 
@@ -635,6 +661,7 @@ template <class T, class Tab>
 cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s);
 
 
+
 // Dispatch: the 4-row kernel for 3..8 columns of a 256-weight-block type where it applies (a.sm80:
 // compute capability 8.0+, aligned rows, plain GEMV), else the quantizer (when a.xq_n) and the row
 // kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
@@ -664,7 +691,10 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
     case 1:
         if constexpr (kWholeVector<T>)
             if (two) {
-                const cudaError_t e = launch_gemv_whole_x<T, Tab>(a, pdl, s);
+                cudaError_t e = cudaErrorNotSupported;
+                if constexpr (whole_vector_warps(T::TYPE) == 16)
+                    e = launch_gemv_dyn<T, Tab, kXWholeVector, 16, 2>(a, pdl, s);
+                if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);
                 if (e != cudaErrorNotSupported) return e;
             }
         if constexpr (kStageActivations<T>)

@@ -44,8 +44,13 @@ inline ActQ8 act_q8_view(void *scratch, size_t nvec, size_t cols) {
 static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__restrict__ x, size_t n,
                                                         int8_t *__restrict__ q, float *__restrict__ d,
                                                         float *__restrict__ s) {
-    pdl_wait();              // launched early (PDL): the previous kernel may still read the scratch
-    pdl_launch_dependents(); // let the GEMV launch and start streaming its weights now
+    // Let the GEMV launch (and start streaming its weights) before waiting: it reads the scratch and
+    // writes y only after its own pdl_wait, which waits for this grid to complete, and this grid writes
+    // only after the wait below, so both stay ordered after the kernel before us. Measured on the H200
+    // against waiting first (4096 x 14336, one column, alternating twice in one lease): 0.3-1.0 us
+    // faster for every quantized type (Q8_0 19.3 -> 18.7, IQ4_NL 12.9 -> 11.9).
+    pdl_launch_dependents();
+    pdl_wait(); // launched early (PDL): the previous kernel may still read the scratch
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x & 31u) >= n) return; // whole warp out of range (n % 32 == 0)
     const float xi = x[i];

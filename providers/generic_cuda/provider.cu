@@ -102,8 +102,8 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     const char *layout = sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
                          : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
                                                                                : "a row per warp";
-    // where a one-column call reads its activations (the launcher falls back to L1 where the whole
-    // vector does not fit its shared-memory budget)
+    // where a one-column call reads its activations (where the whole vector does not fit the
+    // shared-memory budget, the launcher takes the staged or the L1 path)
     const bool one = sm80 && op->ncols == 1;
     const char *xsrc = !one                                         ? ""
                        : cuda::copies_whole_vector(op->weight_type) ? ", the vector in shared memory per block where it fits"
@@ -188,7 +188,7 @@ constexpr Shape kShapes[] = {
     {"130x768", KPR_OP_GEMV, 130, 768, 6, 1, 1, 1},
     {"4097x512", KPR_OP_GEMV, 4097, 512, 7, 1, 1, 1},
     {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1}, // whole vector per block, a block with an idle warp
-    {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},   // too wide for the whole vector per block
+    {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},   // wide: the whole vector fits only 16-warp blocks
     {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
     {"moe 32e8u 2048x768 slots", KPR_OP_GEMV_GROUPED, 2048, 768, 3, 32, 8, 8},
 };

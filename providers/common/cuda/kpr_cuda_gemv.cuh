@@ -44,6 +44,25 @@ struct GemvKArgs {
     float *y;
 };
 
+// Bulk copies for the weight ring (compute capability 9.0): one lane issues one copy-engine instruction
+// per row chunk, completing on a per-stage mbarrier, instead of a 16-byte cp.async per lane. Compiled in
+// where they measured faster on the H200 than the build before them (the two alternating twice in one
+// lease, us per call, 4096 x 14336; docs/benchmarks.md "Bulk copies for the weight ring"): the row
+// kernel of the plain GEMV at 1-3 columns (two rows per warp): Q8_0 18.8 -> 18.3 at one column, 20.3 ->
+// 19.5 at two, 21.3 -> 20.7 at three; Q4_0 16.1 -> 15.0 at two; IQ4_XS 18.5 -> 17.1 at two (at three
+// columns only the 32-weight types run the row kernel). Not for Q2_K and IQ3_S at one column, Q5_0 at one
+// and two, Q6_K at two (0.1-0.4 us slower or no faster), not from 4 columns on (with the copies compiled
+// in, Q8_0 at 8 columns took 34.3 us against 32.5), not the grouped GEMV (one row per warp; MoE slower:
+// Q4_K at 4 columns 17.0 -> 18.2); the 4-row kernel only for Q6_K (3 columns 28.1 -> 25.7; the other
+// types up to 1.2 us slower).
+template <class T, int NC, int R>
+constexpr bool bulk_copies_rows() {
+    return KPR_BULK_COPY && !T::FLOAT_X && R == 2 && (NC <= 2 || (NC == 3 && T::QK == 32)) &&
+           !(NC == 1 && (T::TYPE == KPR_TYPE_Q2_K || T::TYPE == KPR_TYPE_IQ3_S)) &&
+           !(NC <= 2 && T::TYPE == KPR_TYPE_Q5_0) && !(NC == 2 && T::TYPE == KPR_TYPE_Q6_K);
+}
+constexpr bool bulk_copies_quad(uint32_t type) { return KPR_BULK_COPY && type == KPR_TYPE_Q6_K; }
+
 // What the launchers take (and the 4-row kernel): the row kernel's arguments, plus
 struct GemvArgs : GemvKArgs {
     // activation quantization (by the launcher) and the layouts for compute capability 8.0+
@@ -78,6 +97,15 @@ struct ChunkGeom : ChunkShape<T, T::CB> {
     // memory stays under 48 KiB per block and 4096 rows stay resident in one wave on 132 SMs). Deeper
     // rings (up to 6 stages in 27 KiB per block) and halved chunks measured no faster on the H200.
     static constexpr uint32_t stages() { return SMEM_ROW * R <= 2200 ? 3 : 2; }
+};
+
+// Half chunks in four stages (the same shared memory as ChunkGeom's two): more of the row in flight in
+// smaller pieces. With bulk copies faster for Q4_0 at one column (halves_chunks); slower for Q8_0 (18.3
+// -> 18.7 us), IQ4_NL (11.9 -> 13.0), IQ3_XXS and at two columns (docs/benchmarks.md "Bulk copies for
+// the weight ring").
+template <class T, int R>
+struct ChunkGeomHalf : ChunkShape<T, T::CB / 2> {
+    static constexpr uint32_t stages() { return 4; }
 };
 
 // The activations of one chunk in shared memory, with XView's interface (column 0 only).
@@ -173,6 +201,9 @@ constexpr int whole_vector_warps(uint32_t type) {
 }
 template <class T>
 inline constexpr bool kWholeVector = copies_whole_vector(T::TYPE);
+// The one-column whole-vector path in half chunks, four stages (ChunkGeomHalf): Q4_0 11.6 -> 11.1 us
+// (with bulk copies, the same build switching alternately twice on the H200)
+constexpr bool halves_chunks(uint32_t type) { return type == KPR_TYPE_Q4_0; }
 
 // Unaligned fallback: the same 16 bytes, fetched 2 bytes at a time (blocks are 2-byte aligned).
 __device__ __forceinline__ uint4 ld16_a2(const uint8_t *p, uint32_t avail) {
@@ -193,15 +224,23 @@ struct GemvOcc {
 #else
     static constexpr int MIN_BLOCKS = R == 1 ? 8 : 4; // 32 resp. 16 warps per SM: 4096 rows in one wave
 #endif
+    // blocks of w warps per SM: what gemv_rows_kernel is compiled for (__launch_bounds__) and what
+    // launch_gemv_dyn checks the shared memory of
+    static constexpr int blocks_per_sm(int w) { return MIN_BLOCKS * kGemvWarps / w > 0 ? MIN_BLOCKS * kGemvWarps / w : 1; }
 };
 
+// The chunk geometry gemv_rows_kernel<T, NC, R, Tab, XM, W, SD, CD> streams with, and the bytes of its
+// ring in dynamic shared memory (SD > 0: SD stages per warp, before the whole vector).
+template <class T, int R, int XM, int CD>
+using RowGeom = std::conditional_t<XM == kXStagedChunks, ChunkGeomXS<T, R>,
+                                   std::conditional_t<CD == 2, ChunkGeomHalf<T, R>, ChunkGeom<T, R>>>;
+template <class T, int R, int XM, int W, int SD, int CD>
+inline constexpr uint32_t kDynRingBytes = SD > 0 ? W * SD * R * RowGeom<T, R, XM, CD>::SMEM_ROW : 0;
+
 // W warps per block; SD > 0: the cp.async ring has SD stages in dynamic shared memory (before the
-// whole vector, with XB) instead of the static ring.
-template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0>
-__global__ void __launch_bounds__(32 * W, (GemvOcc<NC, R>::MIN_BLOCKS * kGemvWarps / W > 0
-                                               ? GemvOcc<NC, R>::MIN_BLOCKS * kGemvWarps / W
-                                               : 1))
-    gemv_rows_kernel(const GemvKArgs a) {
+// whole vector, with XB) instead of the static ring; CD == 2: half chunks (ChunkGeomHalf).
+template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0, int CD = 1>
+__global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
     // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
     // (launch_row_nc): no code below 8.0, where the register-staged path would need the registers of a
@@ -210,7 +249,7 @@ __global__ void __launch_bounds__(32 * W, (GemvOcc<NC, R>::MIN_BLOCKS * kGemvWar
 #endif
     constexpr bool XS = XM == kXStagedChunks, XB = XM == kXWholeVector;
     static_assert(XM == kXFromL1 || NC == 1, "activations in shared memory: one column");
-    using G = std::conditional_t<XS, ChunkGeomXS<T, R>, ChunkGeom<T, R>>;
+    using G = RowGeom<T, R, XM, CD>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     constexpr bool kAsync = true; // cp.async ring of stages
     constexpr uint32_t S = SD > 0 ? SD : G::stages();
@@ -231,7 +270,7 @@ __global__ void __launch_bounds__(32 * W, (GemvOcc<NC, R>::MIN_BLOCKS * kGemvWar
         if constexpr (kDynRing) return gemv_dyn + ((w * S + st) * R + r) * G::SMEM_ROW;
         else return &smem[w][st][r][0];
     };
-    uint8_t *const xwhole = gemv_dyn + (kDynRing ? W * S * R * G::SMEM_ROW : 0); // XB: XWhole::bytes(cols)
+    uint8_t *const xwhole = gemv_dyn + kDynRingBytes<T, R, XM, W, SD, CD>; // XB: XWhole::bytes(cols)
     const Tab tab = Tab::prologue(); // may stage tables in shared memory (with a block barrier)
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -331,17 +370,38 @@ __global__ void __launch_bounds__(32 * W, (GemvOcc<NC, R>::MIN_BLOCKS * kGemvWar
 
     if (kAsync && a.aligned) {
         // cp.async: S - 1 chunks in flight while one is decoded, no registers spent on staging
+        // bulk copies (bulk_copies_rows; aligned rows: every chunk is a multiple of 16 bytes)
+        constexpr bool bulk = bulk_copies_rows<T, NC, R>() && G::BYTES % 16 == 0;
+        __shared__ alignas(8) uint64_t wbar[bulk ? W : 1][bulk ? S : 1]; // one mbarrier per stage of the warp's ring
+        if constexpr (bulk) {
+            if (lane == 0) {
+#pragma unroll
+                for (uint32_t st = 0; st < S; ++st) mbar_init(smem_addr(&wbar[warp][st]), 1);
+                mbar_init_fence();
+            }
+            __syncwarp();
+        }
         auto issue = [&](uint32_t c) {
             const uint32_t st = c % S;
             const uint64_t off = static_cast<uint64_t>(c) * G::BYTES;
             const uint32_t bytes = min(G::BYTES, (a.nb - c * G::CB) * T::BS);
+            if constexpr (bulk) {
+                // one lane: the chunk of each row, one bulk copy each
+                if (lane == 0) {
+                    const uint32_t bar = smem_addr(&wbar[warp][st]);
+                    mbar_arrive_expect(bar, R * bytes);
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
-                    const uint32_t v = lane + 32u * i;
-                    if (v < G::NV && 16u * v < bytes) cp_async16(ring(warp, st, r) + 16u * v, rp[r] + off + 16u * v);
+                    for (int r = 0; r < R; ++r) bulk_copy_g2s(smem_addr(ring(warp, st, r)), rp[r] + off, bytes, bar);
                 }
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int i = 0; i < static_cast<int>(G::VPL); ++i) {
+                        const uint32_t v = lane + 32u * i;
+                        if (v < G::NV && 16u * v < bytes) cp_async16(ring(warp, st, r) + 16u * v, rp[r] + off + 16u * v);
+                    }
+            }
         };
         // the chunk's activations (staged variant): int8 plane, then d and s, 16 bytes per copy; the
         // planes are padded to 256 bytes, so a last partial vector stays inside the scratch
@@ -386,7 +446,8 @@ __global__ void __launch_bounds__(32 * W, (GemvOcc<NC, R>::MIN_BLOCKS * kGemvWar
                 issue_x(c + S - 1);
             }
             cp_async_commit();
-            cp_async_wait<S - 1>(); // chunk c has landed
+            cp_async_wait<S - 1>(); // chunk c has landed (with bulk copies: its staged activations)
+            if constexpr (bulk) mbar_wait(smem_addr(&wbar[warp][c % S]), (c / S) & 1u);
             __syncwarp();
             compute(c, c % S);
             __syncwarp(); // stage c % S is refilled next iteration
@@ -447,10 +508,10 @@ constexpr int rows_per_warp() {
 // Launches gemv_rows_kernel<T, NC, R, Tab>: grid.x covers the rows, grid.y the grouped tasks.
 // `pdl`: launch with programmatic stream serialization (compute capability 9.0: the kernel may start
 // while the activation quantizer finishes).
-template <class T, int NC, class Tab, int R = rows_per_warp<NC>(), int XM = kXFromL1>
+template <class T, int NC, class Tab, int R = rows_per_warp<NC>(), int XM = kXFromL1, int CD = 1>
 cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t stream) {
     const uint32_t rows_per_block = kGemvWarps * R;
-    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab, XM>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
+    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
                       dim3(32 * kGemvWarps), 0, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
@@ -459,13 +520,11 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
 // block. cudaErrorNotSupported where that would not leave room for the row kernel's warps per
 // multiprocessor (16: four blocks of 4 warps; the caller takes the other paths then: 4 blocks of ~36 KiB
 // static on a 228 KiB multiprocessor leave room for whole vectors up to about 16K columns).
-template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0>
+template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0, int CD = 1>
 cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD>;
-    const uint32_t dyn = (SD > 0 ? W * SD * 2 * ChunkGeom<T, 2>::SMEM_ROW : 0) +
-                         (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
-    constexpr uint32_t kBlocksPerSm = GemvOcc<1, 2>::MIN_BLOCKS * kGemvWarps / W > 0
-                                          ? GemvOcc<1, 2>::MIN_BLOCKS * kGemvWarps / W : 1;
+    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD, CD>;
+    const uint32_t dyn = kDynRingBytes<T, 2, XM, W, SD, CD> + (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
+    constexpr uint32_t kBlocksPerSm = GemvOcc<1, 2>::blocks_per_sm(W);
     // per device: the kernel's static shared memory, and whether its dynamic maximum is set (to all the
     // opt-in room the static part leaves, the same value from every thread, so that concurrent first
     // calls with different widths cannot lower it under one another)
@@ -541,21 +600,43 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
     const uint32_t nch = (a.nb + C::CB - 1) / C::CB;
     const uint32_t total = ng * nch;
 
+    constexpr bool bulk = bulk_copies_quad(T::TYPE) && C::BYTES % 16 == 0;
+    __shared__ alignas(8) uint64_t qbar[bulk ? W : 1][bulk ? C::S : 1]; // one mbarrier per stage of the warp's ring
+    if constexpr (bulk) {
+        if (lane == 0) {
+#pragma unroll
+            for (uint32_t st = 0; st < C::S; ++st) mbar_init(smem_addr(&qbar[warp][st]), 1);
+            mbar_init_fence();
+        }
+        __syncwarp();
+    }
     auto issue = [&](uint32_t sidx) {
         const uint32_t gi = sidx / nch, c = sidx - gi * nch;
         const uint32_t g = gb0 + warp + W * gi;
         const uint32_t st = sidx % C::S;
         const uint64_t off = static_cast<uint64_t>(c) * C::BYTES;
         const uint32_t bytes = min(C::BYTES, (a.nb - c * C::CB) * T::BS);
+        if constexpr (bulk) {
+            if (lane == 0) {
+                const uint32_t bar = smem_addr(&qbar[warp][st]);
+                mbar_arrive_expect(bar, R * bytes);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const uint32_t row = min(g * R + r, a.rows - 1);
-            const uint8_t *src = a.w + static_cast<uint64_t>(row) * a.row_bytes + off;
-            uint8_t *dst = stage(st, r);
+                for (int r = 0; r < R; ++r) {
+                    const uint32_t row = min(g * R + r, a.rows - 1);
+                    bulk_copy_g2s(smem_addr(stage(st, r)), a.w + static_cast<uint64_t>(row) * a.row_bytes + off, bytes, bar);
+                }
+            }
+        } else {
 #pragma unroll
-            for (int i = 0; i < static_cast<int>(C::VPL); ++i) {
-                const uint32_t v = lane + 32u * i;
-                if (v < C::NV && 16u * v < bytes) cp_async16(dst + 16u * v, src + 16u * v);
+            for (int r = 0; r < R; ++r) {
+                const uint32_t row = min(g * R + r, a.rows - 1);
+                const uint8_t *src = a.w + static_cast<uint64_t>(row) * a.row_bytes + off;
+                uint8_t *dst = stage(st, r);
+#pragma unroll
+                for (int i = 0; i < static_cast<int>(C::VPL); ++i) {
+                    const uint32_t v = lane + 32u * i;
+                    if (v < C::NV && 16u * v < bytes) cp_async16(dst + 16u * v, src + 16u * v);
+                }
             }
         }
     };
@@ -577,6 +658,7 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
         if (sidx + C::S - 1 < total) issue(sidx + C::S - 1);
         cp_async_commit();
         cp_async_wait<C::S - 1>();
+        if constexpr (bulk) mbar_wait(smem_addr(&qbar[warp][sidx % C::S]), (sidx / C::S) & 1u);
         __syncwarp();
         const uint32_t gi = sidx / nch, c = sidx - gi * nch, st = sidx % C::S;
         const uint32_t nblk = min(C::CB, a.nb - c * C::CB);
@@ -694,6 +776,8 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
                 cudaError_t e = cudaErrorNotSupported;
                 if constexpr (whole_vector_warps(T::TYPE) == 16)
                     e = launch_gemv_dyn<T, Tab, kXWholeVector, 16, 2>(a, pdl, s);
+                if constexpr (halves_chunks(T::TYPE))
+                    if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector, kGemvWarps, 0, 2>(a, pdl, s);
                 if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);
                 if (e != cudaErrorNotSupported) return e;
             }

@@ -265,6 +265,52 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// Bulk copies (compute capability 9.0): one instruction moves a whole 16-byte-aligned run of bytes
+// global -> shared (the copy engine, not one load per lane), and completes on an mbarrier that counts
+// the bytes it expects.
+// Without them (KPR_BULK_COPY 0) the functions are empty and never called.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && KPR_ARCH >= 900
+#define KPR_BULK_COPY 1
+#else
+#define KPR_BULK_COPY 0
+#endif
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+#if KPR_BULK_COPY
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+// makes the initialised barriers visible to the copy engine
+__device__ __forceinline__ void mbar_init_fence() {
+#if KPR_BULK_COPY
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// this thread's arrival, and the bytes the phase waits for besides
+__device__ __forceinline__ void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
+#if KPR_BULK_COPY
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+#if KPR_BULK_COPY
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
+}
+// waits until the phase of the given parity has completed
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if KPR_BULK_COPY
+    uint32_t done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+
 // Programmatic dependent launch (compute capability 9.0): a kernel launched with the attribute may
 // start while the previous one (the activation quantizer) still runs; it must wait before reading
 // what that one writes. No-ops elsewhere.

@@ -9,7 +9,7 @@
 // reduction over 4 GiB, the median of 7.
 //
 //   kpr_cuda_bench [--providers generic_cuda,sm60_q8,iq_stage_tables] [--types q8_0,q4_0,...]
-//                  [--ncols 1,2,4,8] [--quick]
+//                  [--ncols 1,2,4,8] [--shapes 4096x14336,14336x4096] [--no-moe] [--breakdown]
 // Prints a markdown table.
 #include "../../tests/gpu/harness.hpp"
 
@@ -372,6 +372,7 @@ int main(int argc, char **argv) {
     std::vector<std::string> providers = {"generic_cuda", "sm60_q8", "iq_stage_tables"};
     std::vector<std::string> types = {"q8_0", "q4_0", "q4_K", "iq4_nl", "iq3_xxs", "iq3_s"};
     std::vector<uint32_t> ncols = {1, 2, 4, 8};
+    std::vector<std::pair<uint32_t, uint32_t>> shapes = {{4096, 14336}}; // rows x cols
     bool moe = true, breakdown_only = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -380,6 +381,17 @@ int main(int argc, char **argv) {
         else if (a == "--ncols" && i + 1 < argc) {
             ncols.clear();
             for (auto &t : split(argv[++i])) ncols.push_back(static_cast<uint32_t>(std::stoul(t)));
+        } else if (a == "--shapes" && i + 1 < argc) {
+            shapes.clear();
+            for (auto &t : split(argv[++i])) {
+                unsigned long r = 0, c = 0;
+                char extra = 0;
+                if (std::sscanf(t.c_str(), "%lux%lu%c", &r, &c, &extra) != 2 || r == 0 || c == 0 || c % 256 != 0) {
+                    std::fprintf(stderr, "--shapes: '%s' is not ROWSxCOLS with COLS a multiple of 256\n", t.c_str());
+                    return 2;
+                }
+                shapes.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(c));
+            }
         } else if (a == "--no-moe") moe = false;
         else if (a == "--breakdown") breakdown_only = true;
     }
@@ -456,16 +468,18 @@ int main(int argc, char **argv) {
             if (t == 999) continue;
             if (pn == "sm60_q8" && t != KPR_TYPE_Q8_0) continue;
             if (pn == "iq_stage_tables" && t != KPR_TYPE_IQ3_XXS && t != KPR_TYPE_IQ3_S) continue;
-            for (uint32_t nc : ncols) {
-                BenchCase bc{pn, t, 4096, 14336, nc, false, 1, 1, opts};
-                BenchResult r = bench(*p, bc, dev, s);
-                if (r.ok)
-                    std::printf("| %s | %s | 4096x14336 | %u | %.1f | %.0f | %.2f | %.1f |\n", pn.c_str(), tn.c_str(), nc,
-                                r.us, r.gbs, r.gbs / bw, r.stream_us);
-                else
-                    std::printf("| %s | %s | 4096x14336 | %u | - | - | %s |\n", pn.c_str(), tn.c_str(), nc, r.note.c_str());
-                std::fflush(stdout);
-            }
+            for (const auto &[rows, cols] : shapes)
+                for (uint32_t nc : ncols) {
+                    BenchCase bc{pn, t, rows, cols, nc, false, 1, 1, opts};
+                    BenchResult r = bench(*p, bc, dev, s);
+                    if (r.ok)
+                        std::printf("| %s | %s | %ux%u | %u | %.1f | %.0f | %.2f | %.1f |\n", pn.c_str(), tn.c_str(), rows,
+                                    cols, nc, r.us, r.gbs, r.gbs / bw, r.stream_us);
+                    else
+                        std::printf("| %s | %s | %ux%u | %u | - | - | %s |\n", pn.c_str(), tn.c_str(), rows, cols, nc,
+                                    r.note.c_str());
+                    std::fflush(stdout);
+                }
             if (moe && pn != "sm60_q8") {
                 for (uint32_t nc : {1u, 4u}) {
                     BenchCase bc{pn, t, 768, 2048, nc, true, 128, 8, opts};

@@ -198,9 +198,11 @@ constexpr uint32_t kNShapes = sizeof(kShapes) / sizeof(kShapes[0]);
 constexpr Shape kExtra[] = {
     {"8192x28672", KPR_OP_GEMV, 8192, 28672, 1, 1, 1, 1},
     {"moe 128e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 2, 128, 8, 1},
+    {"28672x8192", KPR_OP_GEMV, 28672, 8192, 8, 1, 1, 1}, // Q8_0: the tile kernel over several waves
 };
+constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
 constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K};
-constexpr uint32_t kNExtra = 2 * 2;
+constexpr uint32_t kNExtra = 2 * kNExtraShapes;
 
 uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra; }
 
@@ -216,8 +218,8 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
         tname = t.name;
     } else if (index < kNTypes * kNShapes + kNExtra) {
         const uint32_t e = index - kNTypes * kNShapes;
-        type = kExtraTypes[e / 2];
-        s = &kExtra[e % 2];
+        type = kExtraTypes[e / kNExtraShapes];
+        s = &kExtra[e % kNExtraShapes];
         tname = cuda::type_desc(type)->name;
     } else {
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);

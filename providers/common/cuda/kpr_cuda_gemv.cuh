@@ -13,6 +13,8 @@
 
 #include "kpr_cuda_act.cuh"
 #include "kpr_cuda_blocks.cuh"
+#include "kpr_cuda_gemv_args.cuh"
+#include "kpr_cuda_mma.cuh"
 #include "kpr_cuda_util.cuh"
 
 #include <cuda_runtime.h>
@@ -25,24 +27,6 @@
 namespace kpr::cuda {
 
 constexpr int kGemvWarps = 4;
-
-// What the row kernel reads (its parameter). Kept as it was before the launcher's fields below were
-// added: a larger kernel parameter changed ptxas's register allocation of the Pascal IQ3 kernels into
-// local-memory spills (scripts/check-pascal).
-struct GemvKArgs {
-    const uint8_t *w;      // GGUF blocks
-    uint64_t row_bytes;
-    uint64_t expert_bytes; // grouped: bytes of one expert matrix
-    uint32_t rows;
-    uint32_t nb;           // blocks per row
-    const int32_t *ids;    // grouped: [ncols][n_used]; null for plain GEMV
-    uint32_t n_used;
-    uint32_t x_slots;
-    uint32_t n_experts;
-    uint32_t aligned;      // w, row_bytes and expert_bytes are multiples of 16
-    XView x;
-    float *y;
-};
 
 // Bulk copies for the weight ring (compute capability 9.0): one lane issues one copy-engine instruction
 // per row chunk, completing on a per-stage mbarrier, instead of a 16-byte cp.async per lane. Compiled in
@@ -62,19 +46,6 @@ constexpr bool bulk_copies_rows() {
            !(NC <= 2 && T::TYPE == KPR_TYPE_Q5_0) && !(NC == 2 && T::TYPE == KPR_TYPE_Q6_K);
 }
 constexpr bool bulk_copies_quad(uint32_t type) { return KPR_BULK_COPY && type == KPR_TYPE_Q6_K; }
-
-// What the launchers take (and the 4-row kernel): the row kernel's arguments, plus
-struct GemvArgs : GemvKArgs {
-    // activation quantization (by the launcher) and the layouts for compute capability 8.0+
-    const float *xf;       // float activations to quantize into x's q8_1 scratch
-    size_t xq_n;           // values to quantize (0: x already holds q8_1, or float activations)
-    uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
-                           // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
-    uint32_t sms;          // multiprocessors
-    uint32_t smem_optin;   // shared memory per block, opt-in maximum
-    uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)
-    uint32_t gpb;          // 4-row kernel: row groups per block (set by the launcher)
-};
 
 // A row chunk of CB_ blocks of type T as a warp stages it: its bytes, 16-byte vectors, the shared-memory
 // row that holds it, and the items each lane decodes.
@@ -751,6 +722,15 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
 // below 8.0 keeps its registers). `pdl`: launch with programmatic stream serialization (9.0).
 template <class T, class Tab>
 cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
+    if constexpr (!std::is_void_v<typename MmaFor<T>::type>) {
+        if (tasks == 1 && mma_serves(a, ncols)) {
+            cudaError_t e = launch_quantizer(a, pdl, s);
+            if (e != cudaSuccess) return e;
+            e = launch_mma_nc<typename MmaFor<T>::type>(a, ncols, pdl, s);
+            if (e != cudaErrorNotSupported) return e;
+            return launch_row_nc<T, Tab>(a, ncols, tasks, pdl, s); // (the quantizer has run)
+        }
+    }
     if constexpr (!T::FLOAT_X && T::QK == 256) {
         if (a.sm80 && tasks == 1 && a.ids == nullptr && ncols >= 3) {
             const cudaError_t e = launch_quad_nc<T, Tab>(a, ncols, pdl, s);

@@ -109,6 +109,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     a.x.cols = static_cast<uint32_t>(cols);
     a.x.vbase = 0;
     a.sm80 = p.sm80 ? 1u : 0u;
+    a.sm90 = p.sm80 && p.pdl ? 1u : 0u; // (pdl: compute capability 9.0+)
     a.sms = p.sms;
     a.smem_optin = p.smem_optin;
     a.smem_sm = p.smem_sm;

@@ -1,0 +1,45 @@
+// kpr_cuda_gemv_args.cuh -- the arguments of the GEMV kernels (row, 4-row and tile kernels) and of
+// their launchers.
+#pragma once
+
+#include "kpr_cuda_blocks.cuh"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kpr::cuda {
+
+// What the row kernel reads (its parameter). Kept as it was before the launcher's fields below were
+// added: a larger kernel parameter changed ptxas's register allocation of the Pascal IQ3 kernels into
+// local-memory spills (scripts/check-pascal).
+struct GemvKArgs {
+    const uint8_t *w;      // GGUF blocks
+    uint64_t row_bytes;
+    uint64_t expert_bytes; // grouped: bytes of one expert matrix
+    uint32_t rows;
+    uint32_t nb;           // blocks per row
+    const int32_t *ids;    // grouped: [ncols][n_used]; null for plain GEMV
+    uint32_t n_used;
+    uint32_t x_slots;
+    uint32_t n_experts;
+    uint32_t aligned;      // w, row_bytes and expert_bytes are multiples of 16
+    XView x;
+    float *y;
+};
+
+// What the launchers take (and the 4-row kernel): the row kernel's arguments, plus
+struct GemvArgs : GemvKArgs {
+    // activation quantization (by the launcher) and the layouts for compute capability 8.0+
+    const float *xf;       // float activations to quantize into x's q8_1 scratch
+    size_t xq_n;           // values to quantize (0: x already holds q8_1, or float activations)
+    uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
+                           // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
+    uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, 5..8
+                           // columns, kpr_cuda_mma.cuh)
+    uint32_t sms;          // multiprocessors
+    uint32_t smem_optin;   // shared memory per block, opt-in maximum
+    uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)
+    uint32_t gpb;          // 4-row kernel: row groups per block (set by the launcher)
+};
+
+} // namespace kpr::cuda

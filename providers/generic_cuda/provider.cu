@@ -199,6 +199,7 @@ constexpr Shape kExtra[] = {
     {"8192x28672", KPR_OP_GEMV, 8192, 28672, 1, 1, 1, 1},
     {"moe 128e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 2, 128, 8, 1},
     {"28672x8192", KPR_OP_GEMV, 28672, 8192, 8, 1, 1, 1}, // Q8_0: the tile kernel over several waves
+    {"2048x2048", KPR_OP_GEMV, 2048, 2048, 2, 1, 1, 1},   // Q8_0: the tile kernel at two columns
 };
 constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
 constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K};

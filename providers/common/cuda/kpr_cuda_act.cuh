@@ -40,6 +40,18 @@ inline ActQ8 act_q8_view(void *scratch, size_t nvec, size_t cols) {
     return a;
 }
 
+// One 32-value block, one value per lane: this lane's quant, and the block's scale (rounded to f16) and
+// the sum of its quants (every lane gets both).
+__device__ __forceinline__ int q8_1_quantize_lane(float xi, float &dh, int &sum) {
+    const float amax = warp_max(fabsf(xi));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    int qi = 0;
+    if (amax != 0.0f) qi = static_cast<int>(roundf(__fdiv_rn(xi, dd)));
+    sum = warp_sum_int(qi);
+    dh = __half2float(__float2half_rn(dd));
+    return qi;
+}
+
 // One thread per value, a warp per 32-value block. n = nvec * cols (a multiple of 32).
 static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__restrict__ x, size_t n,
                                                         int8_t *__restrict__ q, float *__restrict__ d,
@@ -53,18 +65,42 @@ static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__r
     pdl_wait(); // launched early (PDL): the previous kernel may still read the scratch
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x & 31u) >= n) return; // whole warp out of range (n % 32 == 0)
-    const float xi = x[i];
-    const float amax = warp_max(fabsf(xi));
-    const float dd = __fdiv_rn(amax, 127.0f);
-    int qi = 0;
-    if (amax != 0.0f) qi = static_cast<int>(roundf(__fdiv_rn(xi, dd)));
+    float dh;
+    int sum;
+    const int qi = q8_1_quantize_lane(x[i], dh, sum);
     q[i] = static_cast<int8_t>(qi);
-    const int sum = warp_sum_int(qi);
     if ((threadIdx.x & 31u) == 0) {
-        const float dh = __half2float(__float2half_rn(dd));
         d[i / 32] = dh;
         s[i / 32] = __fmul_rn(dh, static_cast<float>(sum));
     }
+}
+
+// The tile layout (the tensor-core tile kernel, kpr_cuda_mma.cuh): for every run of 256 columns c, the
+// activations of all nvec vectors in the order a stage of the kernel's ring holds them, so that one bulk
+// copy brings them in: nvec int8 runs of 256 (stride 272), then nvec runs of 8 block scales (stride 48).
+// The strides spread a warp's reads of 8 vectors over the banks. The same bytes per value as the planes
+// (320 per 256 values against 256 + 2 x 32).
+struct ActTiles {
+    static constexpr uint32_t QS = 272, FS = 48;
+    __host__ __device__ static constexpr uint32_t run_bytes(uint32_t nvec) { return nvec * (QS + FS); }
+};
+
+// Quantizes nvec vectors of cols values (cols % 256 == 0) into the tile layout at t (the same values as
+// quantize_act_q8_1; no block sums). One thread per value.
+static __global__ void __launch_bounds__(256) quantize_act_q8_1_tiles(const float *__restrict__ x, uint32_t nvec,
+                                                              uint32_t cols, uint8_t *__restrict__ t) {
+    pdl_launch_dependents(); // as quantize_act_q8_1
+    pdl_wait();
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i - (threadIdx.x & 31u) >= size_t(nvec) * cols) return;
+    float dh;
+    int sum;
+    const int qi = q8_1_quantize_lane(x[i], dh, sum);
+    const uint32_t v = static_cast<uint32_t>(i / cols), k = static_cast<uint32_t>(i % cols);
+    uint8_t *run = t + size_t(k / 256) * ActTiles::run_bytes(nvec);
+    run[v * ActTiles::QS + k % 256] = static_cast<uint8_t>(static_cast<int8_t>(qi));
+    if ((threadIdx.x & 31u) == 0)
+        reinterpret_cast<float *>(run + nvec * ActTiles::QS + v * ActTiles::FS)[(k % 256) / 32] = dh;
 }
 
 // Quantizes n values of x into the planes of v (n a multiple of 32), launched with PDL where asked.

@@ -715,8 +715,9 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
 
 
 
-// Dispatch: the 4-row kernel for 3..8 columns of a 256-weight-block type where it applies (a.sm80:
-// compute capability 8.0+, aligned rows, plain GEMV), else the quantizer (when a.xq_n) and the row
+// Dispatch: the tensor-core tile kernel (with its quantizer) for Q8_0 where mma_serves (9.0, 2..8
+// columns, kpr_cuda_mma.cuh); the 4-row kernel for 3..8 columns of a 256-weight-block type where it
+// applies (a.sm80: compute capability 8.0+, aligned rows, plain GEMV); else the quantizer (when a.xq_n) and the row
 // kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
 // per warp at one and two columns where a.sm80 (one row per warp elsewhere: the register-staged path
 // below 8.0 keeps its registers). `pdl`: launch with programmatic stream serialization (9.0).
@@ -724,11 +725,8 @@ template <class T, class Tab>
 cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
     if constexpr (!std::is_void_v<typename MmaFor<T>::type>) {
         if (tasks == 1 && mma_serves(a, ncols)) {
-            cudaError_t e = launch_quantizer(a, pdl, s);
-            if (e != cudaSuccess) return e;
-            e = launch_mma_nc<typename MmaFor<T>::type>(a, ncols, pdl, s);
+            const cudaError_t e = launch_mma_nc<typename MmaFor<T>::type>(a, ncols, pdl, s); // quantizer + kernel
             if (e != cudaErrorNotSupported) return e;
-            return launch_row_nc<T, Tab>(a, ncols, tasks, pdl, s); // (the quantizer has run)
         }
     }
     if constexpr (!T::FLOAT_X && T::QK == 256) {

@@ -34,8 +34,8 @@ struct GemvArgs : GemvKArgs {
     size_t xq_n;           // values to quantize (0: x already holds q8_1, or float activations)
     uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
                            // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
-    uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, 5..8
-                           // columns, kpr_cuda_mma.cuh)
+    uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, 2..8
+                           // columns, kpr_cuda_mma.cuh mma_serves)
     uint32_t sms;          // multiprocessors
     uint32_t smem_optin;   // shared memory per block, opt-in maximum
     uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)

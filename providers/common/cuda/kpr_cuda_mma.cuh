@@ -1,18 +1,19 @@
-// kpr_cuda_mma.cuh -- the tensor-core GEMV for compute capability 8.0+: int8 `mma.sync` tiles of 16 rows x
+// kpr_cuda_mma.cuh -- the tensor-core GEMV (compute capability 9.0): int8 `mma.sync` tiles of 16 rows x
 // 8 columns x 32 weights.
 //
 // A block owns one tile of 16 rows; its W warps split the row length into W contiguous slices. A warp
-// streams the 16 rows of its slice chunk by chunk (CB blocks of each row), with the chunk's activations,
-// into its ring in shared memory with bulk copies (compute capability 9.0; the kernel is launched there
-// only, where it was measured), and for each 32-weight block issues one
-// mma.m16n8k32.s8.s8.s32: the A fragment is the 16 rows' int8 weights, the B fragment the q8_1
-// activations of up to 8 columns (columns past ncols are zero). The exact integer sums come back in the
-// C fragment; each lane scales its four (row, column) sums by d_w * d_x in float, as the row kernel
-// does per block. At the end the W slices are added in shared memory.
+// streams the 16 rows of its slice chunk by chunk (CB blocks of each row) into its ring in shared memory
+// with bulk copies, one per row chunk, plus one for the chunk's activations of every column: the
+// quantizer writes them in the order a stage holds them (ActTiles, kpr_cuda_act.cuh). For each 32-weight
+// block a warp issues one mma.m16n8k32.s8.s8.s32: the A fragment is the 16 rows' int8 weights, the B
+// fragment the q8_1 activations of up to 8 columns (columns past ncols are zero). The exact integer sums
+// come back in the C fragment; each lane scales its four (row, column) sums by d_w * d_x in float, as the
+// row kernel does per block. At the end the W slices are added in shared memory.
 //
 // Why: in the row kernel every activation load serves one or two rows, so at 8 columns a call reads
 // four times its weight bytes in activations through L1; here a B fragment serves 16 rows, and one
-// instruction does 16 x 8 x 32 multiply-adds.
+// instruction does 16 x 8 x 32 multiply-adds. Launched on 9.0 only (bulk copies, and where it was
+// measured).
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -94,9 +95,10 @@ __device__ __forceinline__ void unrolled(F &f, std::integer_sequence<uint32_t, I
     (f(std::integral_constant<uint32_t, I>{}), ...);
 }
 
-// A stage of a warp's ring, for NC columns: the 16 rows' chunks, then the chunk's q8_1 activations (the
-// int8 plane of each column, then the block scales d of each column). Column strides are padded so that
-// the lanes' reads of 8 columns hit distinct banks (272 bytes = 4 banks apart; 48 bytes = 12 banks apart).
+// A stage of a warp's ring, for NC columns: the 16 rows' chunks, then a run of the activations' tile
+// layout (the int8 activations of each column, then the block scales d of each column). Column strides
+// are padded so that the lanes' reads of 8 columns hit distinct banks (272 bytes = 4 banks apart; 48
+// bytes = 12 banks apart).
 template <class M, int NC>
 struct MmaGeom {
     static constexpr uint32_t ROWS = 16;                    // rows per tile (the mma's M)
@@ -108,18 +110,21 @@ struct MmaGeom {
     static constexpr uint32_t OFF_XQ = ROWS * CHUNK, OFF_XD = OFF_XQ + NC * XQS;
     static constexpr uint32_t STAGE = OFF_XD + NC * XFS;
     static_assert(CHUNK % 16 == 0 && XF % 16 == 0, "row chunks must be whole 16-byte vectors");
+    static_assert(XQ == 256 && XQS == ActTiles::QS && XFS == ActTiles::FS,
+                  "a stage holds a run of the quantizer's tile layout as it is");
 };
 
-// The launch shape, measured on the H200 (Q8_0, 4096 x 14336, 8 columns, us per call): 8 warps per block
-// and 2 stages per warp (two blocks per SM) 25.9; 8 warps x 3 stages (one block per SM) 34.2; 4 x 3 32.3;
-// 16 x 2 29.6; two tiles (32 rows) per warp 26.9; chunks of 16 blocks 26.3-28.1.
+// The launch shape, measured on the H200 (Q8_0, 4096 x 14336, 8 columns, us per call, with the activations
+// still copied column by column): 8 warps per block and 2 stages per warp (two blocks per SM) 25.9; 8
+// warps x 3 stages (one block per SM) 34.2; 4 x 3 32.3; 16 x 2 29.6; two tiles (32 rows) per warp 26.9;
+// chunks of 16 blocks 26.3-28.1.
 constexpr int kMmaWarps = 8, kMmaStages = 2;
 
 // W warps per block (one 16-row tile), S stages per warp, NC columns (1..8). The chunks of a row are
 // split into W contiguous runs, one per warp.
 template <class M, int NC, int W, int S>
 __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
-#if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves); the only code that ran on hardware
+#if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC>;
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
     __shared__ float red[W][G::ROWS * 8];
@@ -132,7 +137,7 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
     const uint32_t per = (nch + W - 1) / W;
     const uint32_t c0 = min(nch, warp * per), c1 = min(nch, c0 + per);
     const uint32_t ring = smem_addr(mma_ring) + warp * S * G::STAGE;
-    const uint32_t nbx = a.x.cols / 32;
+    const uint8_t *const xt = reinterpret_cast<const uint8_t *>(a.x.q); // the tile layout (ActTiles)
 
     if (lane == 0) {
 #pragma unroll
@@ -145,7 +150,7 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
     auto issue_w = [&](uint32_t c, uint32_t st) {
         const uint64_t off = static_cast<uint64_t>(c) * G::CHUNK;
         const uint32_t b = smem_addr(&bar[warp][st]);
-        if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + NC * (G::XQ + G::XF));
+        if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + ActTiles::run_bytes(NC));
         __syncwarp();
         if (lane < G::ROWS) {
             const uint32_t row = min(row0 + lane, a.rows - 1);
@@ -153,15 +158,12 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
                           G::CHUNK, b);
         }
     };
-    // requests the q8_1 activations of chunk c into stage st (only after the dependency wait)
+    // requests the q8_1 activations of chunk c into stage st (only after the dependency wait): one run
+    // of the quantizer's tile layout, one copy
     auto issue_x = [&](uint32_t c, uint32_t st) {
-        const uint32_t kb = c * M::CB;
-        if (lane < NC) {
-            const uint32_t b = smem_addr(&bar[warp][st]);
-            const size_t v = a.x.vbase + lane;
-            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_XQ + lane * G::XQS, a.x.q + v * a.x.cols + kb * 32u, G::XQ, b);
-            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_XD + lane * G::XFS, a.x.d + v * nbx + kb, G::XF, b);
-        }
+        if (lane == 0)
+            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_XQ, xt + size_t(c) * ActTiles::run_bytes(NC),
+                          ActTiles::run_bytes(NC), smem_addr(&bar[warp][st]));
     };
     // the weights need nothing from the kernel before: requested before the dependency wait
 #pragma unroll
@@ -236,27 +238,29 @@ struct MmaFor<TQ8_0> {
 };
 
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from
-// H200 measurements of Q8_0 against the row kernel, us per call (docs/benchmarks.md "The tensor-core tile
-// kernel"): faster from 5 columns on while all 16-row tiles fit in one wave (two blocks per SM): at 8
-// columns 4096 x 14336 32.5 -> 25.5, 4096 x 4096 13.1 -> 10.1, 1024 x 4096 9.6 -> 6.4; slower below 5
-// columns (4096 x 14336 at one column 18.1 -> 19.6, at four 22.3 -> 22.7). Over several waves faster at 8
-// columns (28672 x 8192 103.3 -> 93.8, 14336 x 4096 31.0 -> 30.1) and at 7 with long rows (8192 x 28672
-// 112.7 -> 87.9: 14 chunks per warp), slower at 5-7 columns with short rows (14336 x 4096 at 7 columns
-// 28.2 -> 30.1, 28672 x 8192 at 5 78.6 -> 87.3).
+// H200 measurements of Q8_0, the tile kernel forced on against the row kernel in one lease, us per call
+// (docs/benchmarks.md "The tensor-core tile kernel"). Its time hardly grows with the column count; the
+// row kernel's does. While all 16-row tiles fit in one wave (two blocks per SM) it is faster from 2
+// columns on (4096 x 14336: 19.3 -> 19.0 at 2, 32.4 -> 19.8 at 8; 4096 x 4096 7.7 -> 7.4, 13.1 -> 7.3;
+// 1024 x 4096 even at 2) and slower at one (18.0 -> 18.7). Over several waves each tile pays its ramp,
+// so short rows need more columns: from 5 on with 2-4 chunks per warp (14336 x 4096: 23.6 -> 22.9 at 5,
+// 21.8 -> 22.7 at 4; 28672 x 8192: 76.1 -> 69.3 at 5, 69.8 -> 68.2 at 4), from 3 on with long rows
+// (8192 x 28672, 14 chunks per warp: 70.8 -> 67.4 at 3, 67.1 -> 66.9 at 2).
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
-    if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 5) return false;
+    if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 2) return false;
     const uint32_t tiles = (a.rows + 15) / 16;
     if (tiles <= 2 * a.sms) return true;
     const uint32_t chunks_per_warp = a.nb / MmaQ8_0::CB / kMmaWarps;
-    return ncols == 8 || (ncols == 7 && chunks_per_warp >= 8);
+    return ncols >= 5 || (ncols >= 3 && chunks_per_warp >= 8);
 }
 
-// Launches the tile kernel for NC columns (after the quantizer). cudaErrorNotSupported: not this shape
-// or device (the caller takes the row kernel).
+// Launches the quantizer (into the tile layout, in x's scratch) and the tile kernel for NC columns.
+// cudaErrorNotSupported, with nothing launched: not this shape or device (the caller takes the row kernel).
 template <class M, int NC, int W = kMmaWarps, int S = kMmaStages>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
-    if (a.nb % M::CB != 0 || a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
+    if (a.xq_n != size_t(NC) * a.x.cols || a.x.vbase != 0 || a.nb % M::CB != 0 ||
+        a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
         dyn + sizeof(float) * W * 16 * 8 + 8 * W * S > a.smem_optin)
         return cudaErrorNotSupported;
     auto k = gemv_mma_kernel<M, NC, W, S>;
@@ -269,6 +273,11 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
         if (dev >= 0 && dev < 64) set[dev].store(true, std::memory_order_relaxed);
     }
+    // the tile layout takes the bytes of the planes (act_q8_bytes), which the scratch holds
+    e = launch_pdl(quantize_act_q8_1_tiles, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
+                   stream, a.xf, static_cast<uint32_t>(NC), a.x.cols,
+                   reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
+    if (e != cudaSuccess) return e;
     const uint32_t tiles = (a.rows + 15) / 16;
     return launch_pdl(k, dim3(tiles), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
@@ -276,6 +285,10 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
+    case 1: return launch_mma<M, 1>(a, pdl, s);
+    case 2: return launch_mma<M, 2>(a, pdl, s);
+    case 3: return launch_mma<M, 3>(a, pdl, s);
+    case 4: return launch_mma<M, 4>(a, pdl, s);
     case 5: return launch_mma<M, 5>(a, pdl, s);
     case 6: return launch_mma<M, 6>(a, pdl, s);
     case 7: return launch_mma<M, 7>(a, pdl, s);

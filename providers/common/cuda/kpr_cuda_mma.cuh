@@ -52,12 +52,6 @@ __device__ __forceinline__ void mma_s8_16x8x32(const uint32_t (&a)[4], const uin
 #endif
 }
 
-__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
-    uint16_t v;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a) : "memory");
-    return v;
-}
-
 // What the tile kernel needs of a block type M: Block (its TQ* struct), CB (blocks per row chunk; the
 // chunk a multiple of 16 bytes), mma (the int8 product), fold (one block's integer sum into a float
 // accumulator) and frag<B> (the A-fragment half of one row: the int8 weights k 4t..4t+3 and
@@ -282,10 +276,10 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     return launch_pdl(k, dim3(tiles), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
+// On the runtime column count, 2..8 (mma_serves never asks for one column).
 template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
-    case 1: return launch_mma<M, 1>(a, pdl, s);
     case 2: return launch_mma<M, 2>(a, pdl, s);
     case 3: return launch_mma<M, 3>(a, pdl, s);
     case 4: return launch_mma<M, 4>(a, pdl, s);

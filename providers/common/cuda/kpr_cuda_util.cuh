@@ -78,6 +78,11 @@ __device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
     return v;
 }
+__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a) : "memory");
+    return v;
+}
 // N words (N a multiple of 4) from a 16-byte-aligned shared address: 128-bit shared loads.
 template <int N>
 __device__ __forceinline__ void lds_words_v4(uint32_t a, uint32_t (&out)[N]) {

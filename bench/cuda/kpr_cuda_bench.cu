@@ -10,7 +10,9 @@
 //
 //   kpr_cuda_bench [--providers generic_cuda,sm60_q8,iq_stage_tables] [--types q8_0,q4_0,...]
 //                  [--ncols 1,2,4,8] [--shapes 4096x14336,14336x4096] [--no-moe] [--breakdown]
-// Prints a markdown table.
+//                  [--tile-vs-row]
+// Prints a markdown table. --tile-vs-row: for the types with a tensor-core tile kernel, it against the
+// row kernels (whole calls, 2..8 columns, the --types / --shapes / --ncols given), and mma_serves's pick.
 #include "../../tests/gpu/harness.hpp"
 
 #include "bench_timing.cuh"
@@ -113,11 +115,10 @@ struct BenchResult {
     double us = 0, gbs = 0, stream_us = 0;
     uint64_t bytes = 0;
     uint32_t copies = 0;
+    std::string reason; // the offer's reason
 };
 
-static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc &dev, cudaStream_t s) {
-    BenchResult br;
-    const TypeInfo *ti = tinfo(bc.type);
+static kpr_op_desc bench_op(const BenchCase &bc) {
     kpr_op_desc op{};
     op.struct_size = sizeof(op);
     op.kind = bc.grouped ? KPR_OP_GEMV_GROUPED : KPR_OP_GEMV;
@@ -128,6 +129,16 @@ static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc
     op.n_experts = bc.grouped ? bc.n_experts : 1;
     op.n_used = bc.grouped ? bc.n_used : 1;
     op.x_slots = 1;
+    return op;
+}
+
+// One case through the provider (query, prepare, run). query_only: the offer alone (its reason in
+// BenchResult::reason, or why it declined in note).
+static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc &dev, cudaStream_t s,
+                         bool query_only = false) {
+    BenchResult br;
+    const TypeInfo *ti = tinfo(bc.type);
+    const kpr_op_desc op = bench_op(bc);
     auto opts = p.options(bc.options.data(), static_cast<uint32_t>(bc.options.size()));
     kpr_option_set os{sizeof(os), static_cast<uint32_t>(opts.size()), opts.data()};
     kpr_offer off{};
@@ -135,6 +146,11 @@ static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc
     kpr_error err{sizeof(err), {0}};
     if (p.t->query(p.state, &op, &dev, &os, &off, &err) != KPR_OK || !off.accepted) {
         br.note = std::string("declined: ") + off.reason + err.message;
+        return br;
+    }
+    br.reason = off.reason;
+    if (query_only) {
+        br.ok = true;
         return br;
     }
     const uint64_t rb = bc.cols / ti->qk * ti->bytes;
@@ -373,7 +389,7 @@ int main(int argc, char **argv) {
     std::vector<std::string> types = {"q8_0", "q4_0", "q4_K", "iq4_nl", "iq3_xxs", "iq3_s"};
     std::vector<uint32_t> ncols = {1, 2, 4, 8};
     std::vector<std::pair<uint32_t, uint32_t>> shapes = {{4096, 14336}}; // rows x cols
-    bool moe = true, breakdown_only = false;
+    bool moe = true, breakdown_only = false, tile_only = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--providers" && i + 1 < argc) providers = split(argv[++i]);
@@ -394,6 +410,7 @@ int main(int argc, char **argv) {
             }
         } else if (a == "--no-moe") moe = false;
         else if (a == "--breakdown") breakdown_only = true;
+        else if (a == "--tile-vs-row") tile_only = true;
     }
     if (!gpu_present()) {
         std::fprintf(stderr, "no CUDA GPU\n");
@@ -406,6 +423,46 @@ int main(int argc, char **argv) {
     std::printf("device: %s (cc %d.%d, %u SMs); measured read bandwidth %.0f GB/s (streaming 16-byte loads, 4 GiB, "
                 "median of 7)\n\n",
                 dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
+    if (tile_only) {
+        // generic_cuda with tile_kernel = off (the row kernels) and = on (the tensor-core tile kernel wherever
+        // it fits), whole provider calls, alternating twice; "auto" says what the default picks (the offer)
+        auto p = load_provider("generic_cuda");
+        if (!p->ok()) {
+            std::fprintf(stderr, "generic_cuda: %s\n", p->error.c_str());
+            return 1;
+        }
+        std::printf("| type | shape | ncols | tile_kernel = off (us) | = on (us) | off / on | auto takes |\n");
+        std::printf("|---|---|---:|---:|---:|---:|---|\n");
+        auto type_id = [](const std::string &n) -> uint32_t {
+            for (uint32_t id : {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_IQ4_NL})
+                if (n == tinfo(id)->name) return id;
+            return 999;
+        };
+        for (const auto &tn : types) {
+            const uint32_t t = type_id(tn);
+            if (t == 999) continue;
+            for (const auto &[rows, cols] : shapes)
+                for (uint32_t nc : ncols) {
+                    auto run = [&](const char *mode) {
+                        BenchCase bc{"generic_cuda", t, rows, cols, nc, false, 1, 1, {{"tile_kernel", mode}}};
+                        return bench(*p, bc, dev, s);
+                    };
+                    const BenchResult off1 = run("off"), on1 = run("on"), off2 = run("off"), on2 = run("on");
+                    if (!off1.ok || !on1.ok || !off2.ok || !on2.ok) {
+                        std::printf("| %s | %ux%u | %u | - | - | - | %s%s |\n", tn.c_str(), rows, cols, nc, off1.note.c_str(),
+                                    on1.note.c_str());
+                        continue;
+                    }
+                    const BenchCase auto_case{"generic_cuda", t, rows, cols, nc, false, 1, 1, {}};
+                    const bool tile = bench(*p, auto_case, dev, s, true).reason.find("tile kernel") != std::string::npos;
+                    std::printf("| %s | %ux%u | %u | %.1f, %.1f | %.1f, %.1f | %.2f | %s |\n", tn.c_str(), rows, cols, nc,
+                                off1.us, off2.us, on1.us, on2.us, (off1.us + off2.us) / (on1.us + on2.us),
+                                tile ? "tile" : "row");
+                    std::fflush(stdout);
+                }
+        }
+        return 0;
+    }
     if (breakdown_only) {
         // access-pattern probes over 1 GiB of 15232-byte rows (the Q8_0 4096x14336 row)
         {

@@ -4,6 +4,7 @@
 #include "kpr_cuda_host.hpp"
 #include "kpr_cuda_run.cuh"
 
+#include <cstring>
 #include <exception>
 
 namespace kpr::generic_cuda {
@@ -47,6 +48,21 @@ namespace {
 
 cuda::HostLog g_log;
 
+const kpr_option_decl kOptions[] = {
+    {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
+     "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, IQ4_NL at 2..8 columns, compute capability 9.0): "
+     "auto: where it measured faster than the row kernels; on: wherever it fits; off: never",
+     0, 0, "auto,on,off"},
+};
+
+// tile_kernel's value (the core has checked it against the choices)
+uint32_t mma_mode(const kpr_option_set *opts) {
+    const char *v = cuda::option_value(opts, "tile_kernel");
+    if (v != nullptr && std::strcmp(v, "on") == 0) return cuda::kMmaOn;
+    if (v != nullptr && std::strcmp(v, "off") == 0) return cuda::kMmaOff;
+    return cuda::kMmaAuto;
+}
+
 kpr_status p_init(const kpr_host_api *host, void **state, kpr_error *) {
     g_log.host = host;
     if (state) *state = nullptr;
@@ -69,10 +85,10 @@ const kpr_provider_identity *p_identity(void *) {
     return &id;
 }
 
-uint32_t p_option_count(void *) { return 0; }
-const kpr_option_decl *p_option_get(void *, uint32_t) { return nullptr; }
+uint32_t p_option_count(void *) { return 1; }
+const kpr_option_decl *p_option_get(void *, uint32_t i) { return i == 0 ? &kOptions[0] : nullptr; }
 
-kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *,
+kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *opts,
                    kpr_offer *offer, kpr_error *err) {
     if (op == nullptr || dev == nullptr || offer == nullptr || offer->struct_size < sizeof(kpr_offer))
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "query: null or short arguments");
@@ -99,7 +115,18 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     offer->workspace_bytes = 0;
     // the layout a call takes (kpr_cuda_gemv.cuh: launch_gemv_nc), for 16-byte-aligned weights
     const bool sm80 = dev->cc_major >= 8 && !k->float_x && op->kind == KPR_OP_GEMV;
-    const char *layout = sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
+    // the tile kernel: mma_serves on what it decides from (the launcher may still decline: unaligned
+    // weights, a row length that is not a multiple of its chunk)
+    cuda::GemvArgs ta{};
+    ta.sm90 = sm80 && dev->cc_major >= 9 ? 1u : 0u;
+    ta.mma_mode = mma_mode(opts);
+    ta.xq_n = 1;
+    ta.sms = dev->sm_count;
+    ta.rows = static_cast<uint32_t>(op->rows);
+    ta.nb = static_cast<uint32_t>(op->cols / td->qk);
+    const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
+    const char *layout = tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
+                         : sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
                          : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
                                                                                : "a row per warp";
     // where a one-column call reads its activations (where the whole vector does not fit the
@@ -115,7 +142,7 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     return KPR_OK;
 }
 
-kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *,
+kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *opts,
                      const kpr_weights *w, kpr_prepared **out, kpr_error *err) {
     try {
         const TypeKernel *k = op ? find_kernel(op->weight_type) : nullptr;
@@ -123,6 +150,7 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         cuda::GemvPrepared *p = nullptr;
         const kpr_status st = cuda::gemv_prepare(op, dev, w, k->float_x, k->launch, &p, err);
         if (st != KPR_OK) return st;
+        p->mma_mode = mma_mode(opts);
         *out = reinterpret_cast<kpr_prepared *>(p);
         return KPR_OK;
     } catch (const std::exception &e) {
@@ -198,20 +226,34 @@ constexpr uint32_t kNShapes = sizeof(kShapes) / sizeof(kShapes[0]);
 constexpr Shape kExtra[] = {
     {"8192x28672", KPR_OP_GEMV, 8192, 28672, 1, 1, 1, 1},
     {"moe 128e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 2, 128, 8, 1},
-    {"28672x8192", KPR_OP_GEMV, 28672, 8192, 8, 1, 1, 1}, // Q8_0: the tile kernel over several waves
+    {"28672x8192", KPR_OP_GEMV, 28672, 8192, 8, 1, 1, 1}, // the tile kernel over several waves
     {"2048x2048", KPR_OP_GEMV, 2048, 2048, 2, 1, 1, 1},   // Q8_0: the tile kernel at two columns
 };
 constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
-constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K};
-constexpr uint32_t kNExtra = 2 * kNExtraShapes;
+constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K, KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
+constexpr uint32_t kNExtra = sizeof(kExtraTypes) / sizeof(kExtraTypes[0]) * kNExtraShapes;
 
-uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra; }
+// The tile kernel forced on (tile_kernel = on) at every column count 2..8, for each type that has one:
+// odd row counts (a partial tile), several waves of tiles, warps without a chunk (512 columns).
+constexpr Shape kTileShapes[] = {
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 2, 1, 1, 1},       {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 4, 1, 1, 1}, {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},
+    {"4097x512", KPR_OP_GEMV, 4097, 512, 6, 1, 1, 1},     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 7, 1, 1, 1},
+    {"4093x14336", KPR_OP_GEMV, 4093, 14336, 8, 1, 1, 1},
+};
+constexpr uint32_t kNTileShapes = sizeof(kTileShapes) / sizeof(kTileShapes[0]);
+constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_IQ4_NL};
+constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
+const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
+
+uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra + kNTile; }
 
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
-    static char names[kNTypes * kNShapes + kNExtra][96];
+    static char names[kNTypes * kNShapes + kNExtra + kNTile][96];
     const Shape *s;
     uint32_t type;
     const char *tname;
+    bool tile_on = false;
     if (index < kNTypes * kNShapes) {
         const TypeName &t = kTypes[index / kNShapes];
         s = &kShapes[index % kNShapes];
@@ -222,6 +264,12 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
         type = kExtraTypes[e / kNExtraShapes];
         s = &kExtra[e % kNExtraShapes];
         tname = cuda::type_desc(type)->name;
+    } else if (index < kNTypes * kNShapes + kNExtra + kNTile) {
+        const uint32_t e = index - kNTypes * kNShapes - kNExtra;
+        type = kTileTypes[e / kNTileShapes];
+        s = &kTileShapes[e % kNTileShapes];
+        tname = cuda::type_desc(type)->name;
+        tile_on = true;
     } else {
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
     }
@@ -229,11 +277,13 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
     uint64_t cols = s->cols;
     const cuda::TypeDesc *td = cuda::type_desc(type);
     if (cols % td->qk) cols = (cols / 256 + 1) * 256;
-    std::snprintf(names[index], sizeof(names[index]), "%s %s n%u", tname, s->tag, s->ncols);
+    std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", tname, s->tag, s->ncols,
+                  tile_on ? " tile_kernel=on" : "");
     const bool fx = find_kernel(type)->float_x;
     cuda::CaseSpec c{names[index], KPR_SELFTEST_REFERENCE, s->op_kind, type, s->ncols, s->rows, cols,
                      s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
-                     static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr, nullptr, 0};
+                     static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr,
+                     tile_on ? kTileOn : nullptr, tile_on ? 1u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

@@ -215,3 +215,29 @@ TEST(CudaNegotiation, GenericCudaAcceptsEveryType) {
     kpr_offer iq2 = ask(*p, gemv(KPR_TYPE_IQ2_XXS, 4096, 4096, 1), kH200);
     EXPECT_FALSE(iq2.accepted);
 }
+
+// generic_cuda's tile_kernel option and the offer's reason: where the default (auto) takes the tensor-core
+// tile kernel (kpr_cuda_mma.cuh mma_serves), and that on / off override it.
+TEST(CudaNegotiation, GenericCudaTileKernelOption) {
+    auto p = get("generic_cuda");
+    ASSERT_TRUE(p->ok()) << p->error;
+    auto tile = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc, const char *mode,
+                    const kpr_device_desc &dev = kH200) {
+        kpr_option_value ov{"tile_kernel", mode};
+        kpr_offer o = ask(*p, gemv(type, rows, cols, nc), dev, mode ? &ov : nullptr, mode ? 1u : 0u);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        return std::strstr(o.reason, "tensor-core tile kernel") != nullptr;
+    };
+    EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, nullptr));
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, nullptr));
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 3, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 3, "auto"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 4096, 14336, 2, "auto")); // 4-bit types: the row kernel at 2 columns
+    EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 3, "auto")); // Q8_0 over several waves with short rows
+    EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "on"));   // never at one column
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 2, "on"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 14336, 4096, 3, "on"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, "off"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q6_K, 4096, 14336, 8, "on")); // no tile kernel for the type
+    EXPECT_FALSE(tile(KPR_TYPE_F16, 4096, 14336, 8, "on"));
+}

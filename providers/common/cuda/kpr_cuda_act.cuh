@@ -82,11 +82,32 @@ static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__r
 // (320 per 256 values against 256 + 2 x 32).
 struct ActTiles {
     static constexpr uint32_t QS = 272, FS = 48;
-    __host__ __device__ static constexpr uint32_t run_bytes(uint32_t nvec) { return nvec * (QS + FS); }
+    // bytes of one run of 256 columns; with sums, the block sums s follow the scales (nvec runs of 8)
+    __host__ __device__ static constexpr uint32_t run_bytes(uint32_t nvec, bool sums = false) {
+        return nvec * (QS + FS * (sums ? 2 : 1));
+    }
 };
 
+// Bytes of the tile layout for nvec vectors of cols values (0 where cols % 256 != 0: no tile layout).
+// Without sums as many as the planes take (act_q8_bytes); with them 15% more.
+inline size_t act_tiles_bytes(size_t nvec, size_t cols, bool sums) {
+    return cols % 256 == 0 ? cols / 256 * ActTiles::run_bytes(static_cast<uint32_t>(nvec), sums) : 0;
+}
+
+// The position of value i (0..31) of a 32-value block in the permuted tile layout: lane t's words of the
+// tile kernel's B fragment (positions 4t..4t+3 and 16+4t..16+4t+3) hold the values whose weights the
+// nibbles of the weight word qs[4t..4t+3] give in order (low, high nibble of byte 4t, of byte 4t+1; then of
+// 4t+2, 4t+3): i = 4t, 16+4t, 4t+1, 17+4t | 4t+2, 18+4t, 4t+3, 19+4t. So the weights need no regrouping
+// (IQ4_NL, whose byte-permute lookups take four nibbles in that order).
+__host__ __device__ constexpr uint32_t tile_perm_pos(uint32_t i) {
+    const uint32_t lo = i % 16, t = lo / 4, r = lo % 4;
+    return 4 * t + 16 * (r >> 1) + 2 * (r & 1) + (i >= 16 ? 1 : 0);
+}
+
 // Quantizes nvec vectors of cols values (cols % 256 == 0) into the tile layout at t (the same values as
-// quantize_act_q8_1; no block sums). One thread per value.
+// quantize_act_q8_1; the block sums only with SUMS; PERM: each block's values at tile_perm_pos). One
+// thread per value.
+template <bool SUMS, bool PERM = false>
 static __global__ void __launch_bounds__(256) quantize_act_q8_1_tiles(const float *__restrict__ x, uint32_t nvec,
                                                               uint32_t cols, uint8_t *__restrict__ t) {
     pdl_launch_dependents(); // as quantize_act_q8_1
@@ -97,10 +118,15 @@ static __global__ void __launch_bounds__(256) quantize_act_q8_1_tiles(const floa
     int sum;
     const int qi = q8_1_quantize_lane(x[i], dh, sum);
     const uint32_t v = static_cast<uint32_t>(i / cols), k = static_cast<uint32_t>(i % cols);
-    uint8_t *run = t + size_t(k / 256) * ActTiles::run_bytes(nvec);
-    run[v * ActTiles::QS + k % 256] = static_cast<uint8_t>(static_cast<int8_t>(qi));
-    if ((threadIdx.x & 31u) == 0)
+    uint8_t *run = t + size_t(k / 256) * ActTiles::run_bytes(nvec, SUMS);
+    const uint32_t pos = PERM ? (k % 256) / 32 * 32 + tile_perm_pos(k % 32) : k % 256;
+    run[v * ActTiles::QS + pos] = static_cast<uint8_t>(static_cast<int8_t>(qi));
+    if ((threadIdx.x & 31u) == 0) {
         reinterpret_cast<float *>(run + nvec * ActTiles::QS + v * ActTiles::FS)[(k % 256) / 32] = dh;
+        if constexpr (SUMS)
+            reinterpret_cast<float *>(run + nvec * (ActTiles::QS + ActTiles::FS) + v * ActTiles::FS)[(k % 256) / 32] =
+                __fmul_rn(dh, static_cast<float>(sum));
+    }
 }
 
 // Quantizes n values of x into the planes of v (n a multiple of 32), launched with PDL where asked.

@@ -724,7 +724,7 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
 template <class T, class Tab>
 cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
     if constexpr (!std::is_void_v<typename MmaFor<T>::type>) {
-        if (tasks == 1 && mma_serves(a, ncols)) {
+        if (tasks == 1 && mma_serves<typename MmaFor<T>::type>(a, ncols)) {
             const cudaError_t e = launch_mma_nc<typename MmaFor<T>::type>(a, ncols, pdl, s); // quantizer + kernel
             if (e != cudaErrorNotSupported) return e;
         }

@@ -27,15 +27,20 @@ struct GemvKArgs {
     float *y;
 };
 
+enum MmaMode : uint32_t { kMmaAuto = 0, kMmaOn = 1, kMmaOff = 2 };
+
 // What the launchers take (and the 4-row kernel): the row kernel's arguments, plus
 struct GemvArgs : GemvKArgs {
     // activation quantization (by the launcher) and the layouts for compute capability 8.0+
     const float *xf;       // float activations to quantize into x's q8_1 scratch
     size_t xq_n;           // values to quantize (0: x already holds q8_1, or float activations)
+    size_t xq_bytes;       // bytes of x's scratch (the tile kernel's layout must fit; 0: unknown, no tile kernel)
     uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
                            // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
-    uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, 2..8
-                           // columns, kpr_cuda_mma.cuh mma_serves)
+    uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, Q4_0,
+                           // Q4_K, IQ4_NL at 2..8 columns, kpr_cuda_mma.cuh mma_serves)
+    uint32_t mma_mode;     // the tile kernel where sm90: kMmaAuto (where it measured faster), kMmaOn (wherever
+                           // it fits), kMmaOff (never); generic_cuda's option tile_kernel
     uint32_t sms;          // multiprocessors
     uint32_t smem_optin;   // shared memory per block, opt-in maximum
     uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)

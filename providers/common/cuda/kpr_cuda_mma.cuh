@@ -4,16 +4,18 @@
 // A block owns one tile of 16 rows; its W warps split the row length into W contiguous slices. A warp
 // streams the 16 rows of its slice chunk by chunk (CB blocks of each row) into its ring in shared memory
 // with bulk copies, one per row chunk, plus one for the chunk's activations of every column: the
-// quantizer writes them in the order a stage holds them (ActTiles, kpr_cuda_act.cuh). For each 32-weight
-// block a warp issues one mma.m16n8k32.s8.s8.s32: the A fragment is the 16 rows' int8 weights, the B
-// fragment the q8_1 activations of up to 8 columns (columns past ncols are zero). The exact integer sums
-// come back in the C fragment; each lane scales its four (row, column) sums by d_w * d_x in float, as the
-// row kernel does per block. At the end the W slices are added in shared memory.
+// quantizer writes them in the order a stage holds them (ActTiles, kpr_cuda_act.cuh). For each 32 weights
+// a warp issues one mma.m16n8k32 with int32 sums (two for IQ4_NL): the A fragment is the 16 rows' weights
+// as int8 (or uint8) values, decoded per type from the staged blocks, the B fragment the q8_1 activations
+// of up to 8 columns (columns past ncols are zero). The exact integer sums come back in the C fragment;
+// each lane scales its four (row, column) sums in float, as the row kernel does per block. At the end the
+// W slices are added in shared memory.
 //
 // Why: in the row kernel every activation load serves one or two rows, so at 8 columns a call reads
 // four times its weight bytes in activations through L1; here a B fragment serves 16 rows, and one
 // instruction does 16 x 8 x 32 multiply-adds. Launched on 9.0 only (bulk copies, and where it was
-// measured).
+// measured), for Q8_0, Q4_0, Q4_K and IQ4_NL (MmaFor), where mma_serves says it is faster than the row
+// kernels (generic_cuda's option tile_kernel: on / off overrides that).
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -41,45 +43,189 @@ namespace kpr::cuda {
 //   a[2]: row g,   k 16+4t..+3     a[3]: row g+8, k 16+4t..+3
 //   b[0]: column g, k 4t..4t+3     b[1]: column g, k 16+4t..+3
 //   d[0], d[1]: row g, columns 2t, 2t+1;  d[2], d[3]: row g+8, columns 2t, 2t+1
-__device__ __forceinline__ void mma_s8_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
+// (U8: A unsigned, 0..255.)
+#define KPR_MMA_M16N8K32(ATYPE)                                                                                  \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." ATYPE ".s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "  \
+                 "{%8, %9}, {%10, %10, %10, %10};"                                                                \
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0))
+template <bool U8>
+__device__ __forceinline__ void mma_8bit_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
 #if KPR_MMA_INT8
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%10, %10, %10, %10};"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+    if constexpr (U8) KPR_MMA_M16N8K32("u8");
+    else KPR_MMA_M16N8K32("s8");
 #else
     d[0] = d[1] = d[2] = d[3] = 0;
 #endif
 }
+#undef KPR_MMA_M16N8K32
+__device__ __forceinline__ void mma_s8_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
+    mma_8bit_16x8x32<false>(a, b, d);
+}
+__device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
+    mma_8bit_16x8x32<true>(a, b, d);
+}
 
-// What the tile kernel needs of a block type M: Block (its TQ* struct), CB (blocks per row chunk; the
-// chunk a multiple of 16 bytes), mma (the int8 product), fold (one block's integer sum into a float
-// accumulator) and frag<B> (the A-fragment half of one row: the int8 weights k 4t..4t+3 and
-// 16+4t..16+4t+3 of block B of a staged row chunk, and the block's scale). Q8_0: a block is an f16 scale and 32 int8;
-// chunks start 16-byte aligned, so odd blocks have 4-byte-aligned weights and even ones sit 2 bytes off
-// (two word loads and a byte permute per word). The lanes of a row read 4 consecutive words and
-// consecutive rows are 272 bytes (68 words, 4 banks) apart, so a warp's loads hit 32 distinct banks.
+// What the tile kernel needs of a block type M:
+//   Block          its TQ* struct (BS bytes per block of QK weights)
+//   CB             blocks per row chunk (the chunk a multiple of 16 bytes, CB * QK a multiple of 256)
+//   SUMS           whether fold needs the activations' block sums s = d_x * sum(q)
+//   PERM           whether the activations come permuted within each block (tile_perm_pos)
+//   Row, load<B>   what one lane takes from block B of a row chunk in its stage for its A fragments
+//                  (words and scales), loaded once per block
+//   product<U>     32-weight unit U of two rows' loaded blocks (the lane's rows g and g + 8) times the B
+//                  fragment b: the exact integer sums of the C fragment, and each row's scale dw and
+//                  offset mw for the unit (A fragment: weights k 4t..4t+3 and 16+4t..16+4t+3 of each row)
+//   fold           one unit's integer sum into a float accumulator
+// Rows of a stage are 4 banks (mod 8) apart and the lanes of a row read 4 consecutive words, so a warp's
+// fragment loads hit 32 distinct banks.
+//
+// Q8_0: an f16 scale and 32 int8. Chunks start 16-byte aligned, so odd blocks have 4-byte-aligned
+// weights and even ones sit 2 bytes off (two word loads and a byte permute per word).
 struct MmaQ8_0 {
     using Block = TQ8_0;
-    static constexpr uint32_t CB = 8; // blocks per chunk: 272 bytes, a multiple of 16 (bulk copies)
-    __device__ __forceinline__ static void mma(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
-        mma_s8_16x8x32(a, b, d);
+    static constexpr uint32_t CB = 8; // blocks per chunk: 272 bytes
+    static constexpr bool SUMS = false, PERM = false;
+    struct Row {
+        uint32_t lo, hi;
+        float d;
+    };
+    template <uint32_t B>
+    __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
+        const uint32_t base = row + B * 34u;
+        Row r;
+        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(lds_u16(base))));
+        if constexpr (B % 2 == 1) {
+            r.lo = lds_u32(base + 2u + 4u * t);
+            r.hi = lds_u32(base + 18u + 4u * t);
+        } else {
+            r.lo = prmt(lds_u32(base + 4u * t), lds_u32(base + 4u * t + 4u), 0x5432u);
+            r.hi = prmt(lds_u32(base + 16u + 4u * t), lds_u32(base + 20u + 4u * t), 0x5432u);
+        }
+        return r;
+    }
+    template <uint32_t U>
+    __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
+                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+        const uint32_t a[4] = {r0.lo, r8.lo, r0.hi, r8.hi};
+        mma_s8_16x8x32(a, b, sum);
+        dw0 = r0.d;
+        dw1 = r8.d;
+        mw0 = mw1 = 0.0f;
     }
     // the row kernel's per-block step: sum * (d_w * d_x)
-    __device__ __forceinline__ static float fold(int sum, float dw, float dx, float acc) {
+    __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
         return __fmaf_rn(static_cast<float>(sum), __fmul_rn(dw, dx), acc);
     }
+};
+
+// Q4_0 and IQ4_NL: an f16 scale and 16 bytes of nibbles (low: weights 0..15, high: 16..31); a lane's word
+// qs[4t..4t+3] holds both of its k ranges. Chunks of 8 blocks (144 bytes).
+// Q4_0 (value (n - 8) d): (n - 8) as a 4-bit two's complement is n ^ 8, and shifted to a byte's top half
+// it is the int8 16 (n - 8): one logic op for the high nibbles, one more shift for the low ones. The
+// integer sum comes out 16 times too large, exactly; fold scales by 1/16 (exact).
+// IQ4_NL (value kvalues[n] d): two byte-permute lookups per word, v (indices 8..15, the positive
+// values; 0 elsewhere) and u (indices 0..7, the negated negative values; 0 elsewhere), both unsigned, in
+// two mmas: sum = v . x - u . x. A lookup takes its four indices from a 16-bit selector (the nibbles of
+// bytes 4t and 4t + 1, or of 4t + 2 and 4t + 3), so the activations come permuted to that order
+// (tile_perm_pos) instead of the weights being regrouped.
+template <class T>
+struct MmaQ4Like {
+    using Block = T;
+    static constexpr bool NL = T::TYPE == KPR_TYPE_IQ4_NL;
+    static constexpr uint32_t CB = 8;
+    static constexpr bool SUMS = false, PERM = NL;
+    struct Row {
+        uint32_t w;
+        float d;
+    };
     template <uint32_t B>
-    __device__ __forceinline__ static void frag(uint32_t row, uint32_t t, uint32_t &lo, uint32_t &hi, float &d) {
-        const uint32_t base = row + B * 34u;
-        d = __half2float(__ushort_as_half(static_cast<unsigned short>(lds_u16(base))));
-        if constexpr (B % 2 == 1) {
-            lo = lds_u32(base + 2u + 4u * t);
-            hi = lds_u32(base + 18u + 4u * t);
+    __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
+        const uint32_t base = row + B * 18u;
+        Row r;
+        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(lds_u16(base))));
+        if constexpr (B % 2 == 1) r.w = lds_u32(base + 2u + 4u * t);
+        else r.w = prmt(lds_u32(base + 4u * t), lds_u32(base + 4u * t + 4u), 0x5432u);
+        return r;
+    }
+    // the product of the two rows' A fragments (unit U of the rows' loaded blocks) with b, and their scales
+    template <uint32_t U>
+    __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
+                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+        if constexpr (NL) {
+            const uint32_t x0 = r0.w ^ 0x88888888u, x8 = r8.w ^ 0x88888888u;
+            const uint32_t v[4] = {prmt(kIq4Hi0, kIq4Hi1, x0), prmt(kIq4Hi0, kIq4Hi1, x8), prmt(kIq4Hi0, kIq4Hi1, x0 >> 16),
+                                   prmt(kIq4Hi0, kIq4Hi1, x8 >> 16)};
+            const uint32_t u[4] = {prmt(kIq4NegLo0, kIq4NegLo1, r0.w), prmt(kIq4NegLo0, kIq4NegLo1, r8.w),
+                                   prmt(kIq4NegLo0, kIq4NegLo1, r0.w >> 16), prmt(kIq4NegLo0, kIq4NegLo1, r8.w >> 16)};
+            int sv[4], su[4];
+            mma_u8s8_16x8x32(v, b, sv);
+            mma_u8s8_16x8x32(u, b, su);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
         } else {
-            lo = prmt(lds_u32(base + 4u * t), lds_u32(base + 4u * t + 4u), 0x5432u);
-            hi = prmt(lds_u32(base + 16u + 4u * t), lds_u32(base + 20u + 4u * t), 0x5432u);
+            const uint32_t a[4] = {((r0.w & 0x0F0F0F0Fu) ^ 0x08080808u) << 4, ((r8.w & 0x0F0F0F0Fu) ^ 0x08080808u) << 4,
+                                   (r0.w & 0xF0F0F0F0u) ^ 0x80808080u, (r8.w & 0xF0F0F0F0u) ^ 0x80808080u};
+            mma_s8_16x8x32(a, b, sum);
         }
+        dw0 = r0.d;
+        dw1 = r8.d;
+        mw0 = mw1 = 0.0f;
+    }
+    __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
+        const float s = NL ? static_cast<float>(sum) : __fmul_rn(static_cast<float>(sum), 0.0625f);
+        return __fmaf_rn(s, __fmul_rn(dw, dx), acc);
+    }
+};
+using MmaQ4_0 = MmaQ4Like<TQ4_0>;
+using MmaIQ4_NL = MmaQ4Like<TIQ4_NL>;
+
+// Q4_K: 256 weights in 8 units of 32, value d sc_j n - dmin m_j (6-bit sc_j, m_j packed in 12 bytes); the
+// nibbles of units 2g (low) and 2g + 1 (high) share the 32 bytes qs[32g..32g+31]. The offset comes out
+// with the activation block sums, as in the row kernel: sum_j (d sc_j d_x sum(n q) - dmin m_j s_j). Chunks
+// of 2 blocks (288 bytes, 16-byte aligned, so every word is aligned).
+struct MmaQ4_K {
+    using Block = TQ4_K;
+    static constexpr uint32_t CB = 1;
+    static constexpr bool SUMS = true, PERM = false;
+    struct Row {
+        float d, dmin;
+        uint32_t sc[2], m[2]; // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
+        uint32_t qa[4], qb[4]; // qs words 32g + 4t and 32g + 16 + 4t, g = 0..3
+    };
+    template <uint32_t B>
+    __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
+        const uint32_t base = row + B * 144u;
+        Row r;
+        const uint32_t dd = lds_u32(base);
+        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+        r.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+        const uint32_t w0 = lds_u32(base + 4u), w1 = lds_u32(base + 8u), w2 = lds_u32(base + 12u);
+        r.sc[0] = w0 & 0x3F3F3F3Fu;
+        r.m[0] = w1 & 0x3F3F3F3Fu;
+        r.sc[1] = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
+        r.m[1] = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
+#pragma unroll
+        for (uint32_t g = 0; g < 4; ++g) {
+            r.qa[g] = lds_u32(base + 16u + 32u * g + 4u * t);
+            r.qb[g] = lds_u32(base + 32u + 32u * g + 4u * t);
+        }
+        return r;
+    }
+    template <uint32_t U>
+    __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
+                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+        constexpr uint32_t g = U / 2, sh = 4 * (U % 2), h = U / 4, by = 8 * (U % 4);
+        const uint32_t a[4] = {(r0.qa[g] >> sh) & 0x0F0F0F0Fu, (r8.qa[g] >> sh) & 0x0F0F0F0Fu,
+                               (r0.qb[g] >> sh) & 0x0F0F0F0Fu, (r8.qb[g] >> sh) & 0x0F0F0F0Fu};
+        mma_u8s8_16x8x32(a, b, sum);
+        dw0 = __fmul_rn(r0.d, static_cast<float>((r0.sc[h] >> by) & 0xFFu));
+        mw0 = __fmul_rn(r0.dmin, static_cast<float>((r0.m[h] >> by) & 0xFFu));
+        dw1 = __fmul_rn(r8.d, static_cast<float>((r8.sc[h] >> by) & 0xFFu));
+        mw1 = __fmul_rn(r8.dmin, static_cast<float>((r8.m[h] >> by) & 0xFFu));
+    }
+    __device__ __forceinline__ static float fold(int sum, float dw, float mw, float dx, float sx, float acc) {
+        return __fmaf_rn(-mw, sx, __fmaf_rn(static_cast<float>(sum), __fmul_rn(dw, dx), acc));
     }
 };
 
@@ -89,30 +235,43 @@ __device__ __forceinline__ void unrolled(F &f, std::integer_sequence<uint32_t, I
     (f(std::integral_constant<uint32_t, I>{}), ...);
 }
 
-// A stage of a warp's ring, for NC columns: the 16 rows' chunks, then a run of the activations' tile
-// layout (the int8 activations of each column, then the block scales d of each column). Column strides
-// are padded so that the lanes' reads of 8 columns hit distinct banks (272 bytes = 4 banks apart; 48
-// bytes = 12 banks apart).
+// A stage of a warp's ring, for NC columns: the 16 rows' chunks, then CB / 8 runs of the activations'
+// tile layout (each: the int8 activations of each column, the block scales d of each column, with
+// M::SUMS the block sums s). The layout's column strides put the lanes' reads of 8 columns on distinct
+// banks (272 bytes = 4 banks apart; 48 bytes = 12 banks apart).
 template <class M, int NC>
 struct MmaGeom {
     static constexpr uint32_t ROWS = 16;                    // rows per tile (the mma's M)
     static constexpr uint32_t CHUNK = M::CB * M::Block::BS;  // bytes of a row chunk
-    static constexpr uint32_t XQ = M::CB * 32;               // int8 activations of a chunk, one column
-    static constexpr uint32_t XQS = XQ + 16;                 // their stride in the stage
-    static constexpr uint32_t XF = M::CB * 4;                // block scales of a chunk, one column
-    static constexpr uint32_t XFS = (XF + 16 + 15) / 16 * 16;
-    static constexpr uint32_t OFF_XQ = ROWS * CHUNK, OFF_XD = OFF_XQ + NC * XQS;
-    static constexpr uint32_t STAGE = OFF_XD + NC * XFS;
-    static_assert(CHUNK % 16 == 0 && XF % 16 == 0, "row chunks must be whole 16-byte vectors");
-    static_assert(XQ == 256 && XQS == ActTiles::QS && XFS == ActTiles::FS,
-                  "a stage holds a run of the quantizer's tile layout as it is");
+    // a row's stride in the stage: 4 banks (mod 8) apart, so a warp's fragment loads of 8 rows x 4
+    // consecutive words hit 32 distinct banks
+    static constexpr uint32_t RS = CHUNK + ((12 - (CHUNK / 4) % 8) % 8) * 4;
+    static constexpr uint32_t UNITS = M::CB * M::Block::QK / 32; // 32-weight units per row chunk
+    static constexpr uint32_t XR = UNITS / 8;                // runs of the tile layout (256 columns) per chunk
+    static constexpr uint32_t RUN = ActTiles::run_bytes(NC, M::SUMS);
+    static constexpr uint32_t OFF_X = ROWS * RS;
+    static constexpr uint32_t STAGE = OFF_X + XR * RUN;
+    static_assert(CHUNK % 16 == 0 && RS % 16 == 0 && (RS / 4) % 8 == 4 && UNITS % 8 == 0, "stage geometry");
 };
 
 // The launch shape, measured on the H200 (Q8_0, 4096 x 14336, 8 columns, us per call, with the activations
 // still copied column by column): 8 warps per block and 2 stages per warp (two blocks per SM) 25.9; 8
 // warps x 3 stages (one block per SM) 34.2; 4 x 3 32.3; 16 x 2 29.6; two tiles (32 rows) per warp 26.9;
 // chunks of 16 blocks 26.3-28.1.
-constexpr int kMmaWarps = 8, kMmaStages = 2;
+constexpr int kMmaWarps = 8;
+
+// Stages per warp: as many as keep two blocks on a multiprocessor of 228 KiB (9.0), about 108 KiB of ring
+// per block, at least 2. Measured on the H200 (Q4_0, 144-byte chunks, 4096 x 14336, whole calls): with 2
+// stages, 27.5 us at 2 columns (blocks of 47 KiB, up to 4 per SM) and 15.9 at 8 (2 per SM); with the stages
+// filling two blocks per SM, 15.7 at 2 and 16.0 at 8. (More bytes in flight per warp, and fewer blocks
+// per SM; which of the two matters was not separated.) Over several waves, 2 stages measured faster
+// (launch_mma_waves).
+template <class M, int NC, int W = kMmaWarps>
+constexpr int mma_stages() {
+    constexpr uint32_t kRingPerBlock = 108 * 1024;
+    constexpr uint32_t s = kRingPerBlock / (W * MmaGeom<M, NC>::STAGE);
+    return s < 2 ? 2 : s > 8 ? 8 : static_cast<int>(s);
+}
 
 // W warps per block (one 16-row tile), S stages per warp, NC columns (1..8). The chunks of a row are
 // split into W contiguous runs, one per warp.
@@ -144,11 +303,11 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
     auto issue_w = [&](uint32_t c, uint32_t st) {
         const uint64_t off = static_cast<uint64_t>(c) * G::CHUNK;
         const uint32_t b = smem_addr(&bar[warp][st]);
-        if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + ActTiles::run_bytes(NC));
+        if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XR * G::RUN);
         __syncwarp();
         if (lane < G::ROWS) {
             const uint32_t row = min(row0 + lane, a.rows - 1);
-            bulk_copy_g2s(ring + st * G::STAGE + lane * G::CHUNK, a.w + static_cast<uint64_t>(row) * a.row_bytes + off,
+            bulk_copy_g2s(ring + st * G::STAGE + lane * G::RS, a.w + static_cast<uint64_t>(row) * a.row_bytes + off,
                           G::CHUNK, b);
         }
     };
@@ -156,8 +315,8 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
     // of the quantizer's tile layout, one copy
     auto issue_x = [&](uint32_t c, uint32_t st) {
         if (lane == 0)
-            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_XQ, xt + size_t(c) * ActTiles::run_bytes(NC),
-                          ActTiles::run_bytes(NC), smem_addr(&bar[warp][st]));
+            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_X, xt + size_t(c) * G::XR * G::RUN, G::XR * G::RUN,
+                          smem_addr(&bar[warp][st]));
     };
     // the weights need nothing from the kernel before: requested before the dependency wait
 #pragma unroll
@@ -180,28 +339,38 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
         mbar_wait(smem_addr(&bar[warp][st]), (i / S) & 1u);
         __syncwarp();
         const uint32_t stage = ring + st * G::STAGE;
-        const uint32_t rg = stage + g * G::CHUNK, rg8 = rg + 8 * G::CHUNK;
-        const uint32_t xq = stage + G::OFF_XQ + g * G::XQS;
-        const uint32_t xd0 = stage + G::OFF_XD + 2 * t * G::XFS, xd1 = xd0 + G::XFS;
-        // one block (its index a compile-time constant: frag<B> depends on its alignment)
+        const uint32_t rg = stage + g * G::RS, rg8 = rg + 8 * G::RS;
+        // this lane's B column (g) and C columns (2t, 2t + 1) in the stage's first run
+        const uint32_t xq = stage + G::OFF_X + g * ActTiles::QS;
+        const uint32_t xd0 = stage + G::OFF_X + NC * ActTiles::QS + 2 * t * ActTiles::FS, xd1 = xd0 + ActTiles::FS;
+        const uint32_t xs0 = xd0 + NC * ActTiles::FS, xs1 = xs0 + ActTiles::FS;
+        // one block (its index a compile-time constant: load<B> depends on its alignment), unit by unit
         auto block = [&](auto bc) {
             constexpr uint32_t bb = decltype(bc)::value;
-            uint32_t af[4], bf[2] = {0, 0};
-            float dw0, dw1, dx0 = 0.0f, dx1 = 0.0f;
-            M::template frag<bb>(rg, t, af[0], af[2], dw0);
-            M::template frag<bb>(rg8, t, af[1], af[3], dw1);
-            if (colb) {
-                bf[0] = lds_u32(xq + bb * 32u + 4u * t);
-                bf[1] = lds_u32(xq + bb * 32u + 16u + 4u * t);
-            }
-            if (cold0) dx0 = __uint_as_float(lds_u32(xd0 + 4u * bb));
-            if (cold1) dx1 = __uint_as_float(lds_u32(xd1 + 4u * bb));
-            int sum[4];
-            M::mma(af, bf, sum);
-            acc[0] = M::fold(sum[0], dw0, dx0, acc[0]);
-            acc[1] = M::fold(sum[1], dw0, dx1, acc[1]);
-            acc[2] = M::fold(sum[2], dw1, dx0, acc[2]);
-            acc[3] = M::fold(sum[3], dw1, dx1, acc[3]);
+            const typename M::Row r0 = M::template load<bb>(rg, t), r8 = M::template load<bb>(rg8, t);
+            auto unit = [&](auto uc) {
+                constexpr uint32_t ui = bb * (M::Block::QK / 32) + decltype(uc)::value; // unit in the chunk
+                constexpr uint32_t xo = ui / 8 * G::RUN + ui % 8 * 32u, fo = ui / 8 * G::RUN + ui % 8 * 4u;
+                uint32_t bf[2] = {0, 0};
+                float dw0, dw1, mw0, mw1, dx0 = 0.0f, dx1 = 0.0f, sx0 = 0.0f, sx1 = 0.0f;
+                if (colb) {
+                    bf[0] = lds_u32(xq + xo + 4u * t);
+                    bf[1] = lds_u32(xq + xo + 16u + 4u * t);
+                }
+                if (cold0) dx0 = __uint_as_float(lds_u32(xd0 + fo));
+                if (cold1) dx1 = __uint_as_float(lds_u32(xd1 + fo));
+                if constexpr (M::SUMS) {
+                    if (cold0) sx0 = __uint_as_float(lds_u32(xs0 + fo));
+                    if (cold1) sx1 = __uint_as_float(lds_u32(xs1 + fo));
+                }
+                int sum[4];
+                M::template product<decltype(uc)::value>(r0, r8, bf, sum, dw0, mw0, dw1, mw1);
+                acc[0] = M::fold(sum[0], dw0, mw0, dx0, sx0, acc[0]);
+                acc[1] = M::fold(sum[1], dw0, mw0, dx1, sx1, acc[1]);
+                acc[2] = M::fold(sum[2], dw1, mw1, dx0, sx0, acc[2]);
+                acc[3] = M::fold(sum[3], dw1, mw1, dx1, sx1, acc[3]);
+            };
+            unrolled(unit, std::make_integer_sequence<uint32_t, M::Block::QK / 32>{});
         };
         unrolled(block, std::make_integer_sequence<uint32_t, M::CB>{});
         __syncwarp(); // stage st is refilled by a later issue
@@ -221,39 +390,65 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
 #endif
 }
 
-// The tile kernel's block type for T (void: none).
+// The tile kernel's block type for T (void: none). One line per type with a tile kernel (and a case in
+// mma_serves_type below).
 template <class T>
 struct MmaFor {
     using type = void;
 };
-template <>
-struct MmaFor<TQ8_0> {
-    using type = MmaQ8_0;
-};
+#define KPR_MMA_FOR(T, M)                                                                                      \
+    template <>                                                                                                \
+    struct MmaFor<T> {                                                                                         \
+        using type = M;                                                                                        \
+    };
+KPR_MMA_FOR(TQ8_0, MmaQ8_0)
+KPR_MMA_FOR(TQ4_0, MmaQ4_0)
+KPR_MMA_FOR(TQ4_K, MmaQ4_K)
+KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
+#undef KPR_MMA_FOR
 
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from
-// H200 measurements of Q8_0, the tile kernel forced on against the row kernel in one lease, us per call
-// (docs/benchmarks.md "The tensor-core tile kernel"). Its time hardly grows with the column count; the
-// row kernel's does. While all 16-row tiles fit in one wave (two blocks per SM) it is faster from 2
-// columns on (4096 x 14336: 19.3 -> 19.0 at 2, 32.4 -> 19.8 at 8; 4096 x 4096 7.7 -> 7.4, 13.1 -> 7.3;
-// 1024 x 4096 even at 2) and slower at one (18.0 -> 18.7). Over several waves each tile pays its ramp,
-// so short rows need more columns: from 5 on with 2-4 chunks per warp (14336 x 4096: 23.6 -> 22.9 at 5,
-// 21.8 -> 22.7 at 4; 28672 x 8192: 76.1 -> 69.3 at 5, 69.8 -> 68.2 at 4), from 3 on with long rows
-// (8192 x 28672, 14 chunks per warp: 70.8 -> 67.4 at 3, 67.1 -> 66.9 at 2).
+// H200 measurements, the tile kernel forced on against the row kernels in one lease, whole calls in us
+// (docs/benchmarks.md "The tensor-core tile kernel", `kpr_cuda_bench --tile-vs-row`). Its time hardly
+// grows with the column count; the row kernels' does.
+// Q8_0: while all 16-row tiles fit in one wave (two blocks per SM) faster from 2 columns on (4096 x
+// 14336: 19.3 -> 19.0 at 2, 32.4 -> 19.8 at 8; 4096 x 4096 7.7 -> 7.4, 13.1 -> 7.3) and slower at one
+// (18.0 -> 18.7). Over several waves each tile pays its ramp, so short rows need more columns: from 5
+// on with 2-4 chunks per warp (14336 x 4096: 23.6 -> 22.9 at 5, 21.8 -> 22.7 at 4; 28672 x 8192: 76.1
+// -> 69.3 at 5, 69.8 -> 68.2 at 4), from 3 on with long rows (8192 x 28672, 14 chunks per warp: 70.8 ->
+// 67.4 at 3, 67.1 -> 66.9 at 2).
+// Q4_0, Q4_K, IQ4_NL: from 3 columns (4096 x 14336 at 3 / 8 columns: Q4_0 16.6 -> 16.6 / 27.4 -> 15.9,
+// Q4_K 20.9 -> 18.5 / 29.3 -> 17.9, IQ4_NL 19.3 -> 17.2 / 29.5 -> 17.5; 14336 x 4096 at 3 columns over
+// several waves: 16.7 -> 15.4, 21.6 -> 17.8, 19.1 -> 16.7); at 2 columns the row kernel is as fast or
+// faster (4096 x 14336: Q4_0 14.9 vs 15.7, Q4_K 16.7 vs 17.5, IQ4_NL 15.4 vs 17.7).
+template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
-    if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 2) return false;
-    const uint32_t tiles = (a.rows + 15) / 16;
-    if (tiles <= 2 * a.sms) return true;
-    const uint32_t chunks_per_warp = a.nb / MmaQ8_0::CB / kMmaWarps;
+    if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 2 || a.mma_mode == kMmaOff) return false;
+    if (a.mma_mode == kMmaOn) return true;
+    if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return ncols >= 3;
+    if ((a.rows + 15) / 16 <= 2 * a.sms) return true;
+    const uint32_t chunks_per_warp = a.nb / M::CB / kMmaWarps;
     return ncols >= 5 || (ncols >= 3 && chunks_per_warp >= 8);
+}
+
+// mma_serves on the runtime weight type (false: no tile kernel for it), for offers' reasons.
+inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
+    switch (type) {
+    case KPR_TYPE_Q8_0: return mma_serves<MmaQ8_0>(a, ncols);
+    case KPR_TYPE_Q4_0: return mma_serves<MmaQ4_0>(a, ncols);
+    case KPR_TYPE_Q4_K: return mma_serves<MmaQ4_K>(a, ncols);
+    case KPR_TYPE_IQ4_NL: return mma_serves<MmaIQ4_NL>(a, ncols);
+    default: return false;
+    }
 }
 
 // Launches the quantizer (into the tile layout, in x's scratch) and the tile kernel for NC columns.
 // cudaErrorNotSupported, with nothing launched: not this shape or device (the caller takes the row kernel).
-template <class M, int NC, int W = kMmaWarps, int S = kMmaStages>
+template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
-    if (a.xq_n != size_t(NC) * a.x.cols || a.x.vbase != 0 || a.nb % M::CB != 0 ||
+    if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes || a.x.vbase != 0 ||
+        a.nb % M::CB != 0 ||
         a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
         dyn + sizeof(float) * W * 16 * 8 + 8 * W * S > a.smem_optin)
         return cudaErrorNotSupported;
@@ -267,8 +462,7 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
         if (dev >= 0 && dev < 64) set[dev].store(true, std::memory_order_relaxed);
     }
-    // the tile layout takes the bytes of the planes (act_q8_bytes), which the scratch holds
-    e = launch_pdl(quantize_act_q8_1_tiles, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
+    e = launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
                    stream, a.xf, static_cast<uint32_t>(NC), a.x.cols,
                    reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
     if (e != cudaSuccess) return e;
@@ -276,17 +470,27 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     return launch_pdl(k, dim3(tiles), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
+// NC columns, with the ring depth for the number of waves: where every tile is resident at once (two
+// blocks per SM), mma_stages deep; over several waves 2 stages, so that as many blocks as fit share a
+// multiprocessor (measured on the H200, 14336 x 4096 at 3..6 columns, Q4_0: 15.4-17.0 us with 2 stages,
+// 19.8-20.7 with mma_stages). For Q8_0 the two are the same kernel.
+template <class M, int NC>
+cudaError_t launch_mma_waves(const GemvArgs &a, bool pdl, cudaStream_t s) {
+    if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma<M, NC>(a, pdl, s);
+    return launch_mma<M, NC, kMmaWarps, 2>(a, pdl, s);
+}
+
 // On the runtime column count, 2..8 (mma_serves never asks for one column).
 template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
-    case 2: return launch_mma<M, 2>(a, pdl, s);
-    case 3: return launch_mma<M, 3>(a, pdl, s);
-    case 4: return launch_mma<M, 4>(a, pdl, s);
-    case 5: return launch_mma<M, 5>(a, pdl, s);
-    case 6: return launch_mma<M, 6>(a, pdl, s);
-    case 7: return launch_mma<M, 7>(a, pdl, s);
-    case 8: return launch_mma<M, 8>(a, pdl, s);
+    case 2: return launch_mma_waves<M, 2>(a, pdl, s);
+    case 3: return launch_mma_waves<M, 3>(a, pdl, s);
+    case 4: return launch_mma_waves<M, 4>(a, pdl, s);
+    case 5: return launch_mma_waves<M, 5>(a, pdl, s);
+    case 6: return launch_mma_waves<M, 6>(a, pdl, s);
+    case 7: return launch_mma_waves<M, 7>(a, pdl, s);
+    case 8: return launch_mma_waves<M, 8>(a, pdl, s);
     default: return cudaErrorNotSupported;
     }
 }

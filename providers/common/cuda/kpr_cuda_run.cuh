@@ -6,6 +6,7 @@
 #include "kpr_cuda_gemv.cuh"
 #include "kpr_cuda_host.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <new>
 
@@ -23,6 +24,7 @@ struct GemvPrepared {
     bool aligned = false;
     bool float_x = false;
     bool sm80 = false;       // the 8.0+ layouts may run (compute capability 8.0+, 16-byte aligned rows)
+    uint32_t mma_mode = kMmaAuto; // the tensor-core tile kernel (GemvArgs::mma_mode)
     uint32_t sms = 0;
     uint32_t smem_optin = 0; // shared memory per block, opt-in maximum
     uint32_t smem_sm = 0;    // shared memory per multiprocessor
@@ -33,7 +35,8 @@ struct GemvPrepared {
 inline size_t gemv_scratch_bytes(const kpr_op_desc *op, bool float_x) {
     const size_t nvec = op_vectors(op);
     if (float_x) return nvec * op->cols * sizeof(float) + 256; // only used when x is not 16-byte aligned
-    return act_q8_bytes(nvec, op->cols);
+    // the planes, or the tile kernel's layout with block sums (kpr_cuda_mma.cuh), whichever is larger
+    return std::max(act_q8_bytes(nvec, op->cols), act_tiles_bytes(nvec, op->cols, true));
 }
 
 inline kpr_status gemv_prepare(const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_weights *wt,
@@ -110,6 +113,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     a.x.vbase = 0;
     a.sm80 = p.sm80 ? 1u : 0u;
     a.sm90 = p.sm80 && p.pdl ? 1u : 0u; // (pdl: compute capability 9.0+)
+    a.mma_mode = p.mma_mode;
     a.sms = p.sms;
     a.smem_optin = p.smem_optin;
     a.smem_sm = p.smem_sm;
@@ -130,6 +134,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         a.x.s = v.s;
         a.xf = args->x;
         a.xq_n = size_t(nvec) * cols;
+        a.xq_bytes = gemv_scratch_bytes(&p.op, false);
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;

@@ -14,8 +14,8 @@
 // Why: in the row kernel every activation load serves one or two rows, so at 8 columns a call reads
 // four times its weight bytes in activations through L1; here a B fragment serves 16 rows, and one
 // instruction does 16 x 8 x 32 multiply-adds. Launched on 9.0 only (bulk copies, and where it was
-// measured), for Q8_0, Q4_0, Q4_K and IQ4_NL (MmaFor), where mma_serves says it is faster than the row
-// kernels (generic_cuda's option tile_kernel: on / off overrides that).
+// measured), for Q8_0, Q4_0, Q4_K, Q5_K and IQ4_NL (MmaFor), where mma_serves says it is faster than the
+// row kernels (generic_cuda's option tile_kernel: on / off overrides that).
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -180,22 +180,26 @@ struct MmaQ4Like {
 using MmaQ4_0 = MmaQ4Like<TQ4_0>;
 using MmaIQ4_NL = MmaQ4Like<TIQ4_NL>;
 
-// Q4_K: 256 weights in 8 units of 32, value d sc_j n - dmin m_j (6-bit sc_j, m_j packed in 12 bytes); the
-// nibbles of units 2g (low) and 2g + 1 (high) share the 32 bytes qs[32g..32g+31]. The offset comes out
-// with the activation block sums, as in the row kernel: sum_j (d sc_j d_x sum(n q) - dmin m_j s_j). Chunks
-// of 2 blocks (288 bytes, 16-byte aligned, so every word is aligned).
-struct MmaQ4_K {
-    using Block = TQ4_K;
-    static constexpr uint32_t CB = 1;
+// Q4_K and Q5_K: 256 weights in 8 units of 32, value d sc_j n - dmin m_j (6-bit sc_j, m_j packed in 12
+// bytes); the nibbles of units 2g (low) and 2g + 1 (high) share the 32 bytes qs[32g..32g+31]; Q5_K's fifth
+// bit of weight i of unit j is bit j of qh[i]. The values go into the unsigned-by-signed mma and the
+// offset comes out with the activation block sums, as in the row kernel: sum_j (d sc_j d_x sum(n q) -
+// dmin m_j s_j). Chunks of one block (144 / 176 bytes, 16-byte aligned, so every word is aligned).
+template <class T>
+struct MmaQ45K {
+    using Block = T;
+    static constexpr bool Q5 = T::TYPE == KPR_TYPE_Q5_K;
+    static constexpr uint32_t CB = 1, QS = Q5 ? 48 : 16; // qs's offset in the block
     static constexpr bool SUMS = true, PERM = false;
     struct Row {
         float d, dmin;
-        uint32_t sc[2], m[2]; // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
+        uint32_t sc[2], m[2];  // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
         uint32_t qa[4], qb[4]; // qs words 32g + 4t and 32g + 16 + 4t, g = 0..3
+        uint32_t ha, hb;       // Q5_K: qh words 4t and 16 + 4t
     };
     template <uint32_t B>
     __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
-        const uint32_t base = row + B * 144u;
+        const uint32_t base = row + B * T::BS;
         Row r;
         const uint32_t dd = lds_u32(base);
         r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
@@ -207,8 +211,14 @@ struct MmaQ4_K {
         r.m[1] = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
 #pragma unroll
         for (uint32_t g = 0; g < 4; ++g) {
-            r.qa[g] = lds_u32(base + 16u + 32u * g + 4u * t);
-            r.qb[g] = lds_u32(base + 32u + 32u * g + 4u * t);
+            r.qa[g] = lds_u32(base + QS + 32u * g + 4u * t);
+            r.qb[g] = lds_u32(base + QS + 16u + 32u * g + 4u * t);
+        }
+        if constexpr (Q5) {
+            r.ha = lds_u32(base + 16u + 4u * t);
+            r.hb = lds_u32(base + 32u + 4u * t);
+        } else {
+            r.ha = r.hb = 0;
         }
         return r;
     }
@@ -216,8 +226,12 @@ struct MmaQ4_K {
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         constexpr uint32_t g = U / 2, sh = 4 * (U % 2), h = U / 4, by = 8 * (U % 4);
-        const uint32_t a[4] = {(r0.qa[g] >> sh) & 0x0F0F0F0Fu, (r8.qa[g] >> sh) & 0x0F0F0F0Fu,
-                               (r0.qb[g] >> sh) & 0x0F0F0F0Fu, (r8.qb[g] >> sh) & 0x0F0F0F0Fu};
+        auto q = [](uint32_t w, uint32_t hw) {
+            uint32_t v = (w >> sh) & 0x0F0F0F0Fu;
+            if constexpr (Q5) v |= ((hw >> U) & 0x01010101u) << 4;
+            return v;
+        };
+        const uint32_t a[4] = {q(r0.qa[g], r0.ha), q(r8.qa[g], r8.ha), q(r0.qb[g], r0.hb), q(r8.qb[g], r8.hb)};
         mma_u8s8_16x8x32(a, b, sum);
         dw0 = __fmul_rn(r0.d, static_cast<float>((r0.sc[h] >> by) & 0xFFu));
         mw0 = __fmul_rn(r0.dmin, static_cast<float>((r0.m[h] >> by) & 0xFFu));
@@ -228,6 +242,8 @@ struct MmaQ4_K {
         return __fmaf_rn(-mw, sx, __fmaf_rn(static_cast<float>(sum), __fmul_rn(dw, dx), acc));
     }
 };
+using MmaQ4_K = MmaQ45K<TQ4_K>;
+using MmaQ5_K = MmaQ45K<TQ5_K>;
 
 // f(integral_constant<uint32_t, I>) for I = 0, 1, ... in order
 template <class F, uint32_t... I>
@@ -404,6 +420,7 @@ struct MmaFor {
 KPR_MMA_FOR(TQ8_0, MmaQ8_0)
 KPR_MMA_FOR(TQ4_0, MmaQ4_0)
 KPR_MMA_FOR(TQ4_K, MmaQ4_K)
+KPR_MMA_FOR(TQ5_K, MmaQ5_K)
 KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
 #undef KPR_MMA_FOR
 
@@ -421,10 +438,13 @@ KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
 // Q4_K 20.9 -> 18.5 / 29.3 -> 17.9, IQ4_NL 19.3 -> 17.2 / 29.5 -> 17.5; 14336 x 4096 at 3 columns over
 // several waves: 16.7 -> 15.4, 21.6 -> 17.8, 19.1 -> 16.7); at 2 columns the row kernel is as fast or
 // faster (4096 x 14336: Q4_0 14.9 vs 15.7, Q4_K 16.7 vs 17.5, IQ4_NL 15.4 vs 17.7).
+// Q5_K: from 4 columns (4096 x 14336 at 4 / 8: 23.4 -> 19.4 / 31.5 -> 20.0); at 3 faster on three of six
+// shapes and slower on three (28672 x 8192: 58.8 -> 65.9, 2048 x 2048 3.7 -> 4.1).
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 2 || a.mma_mode == kMmaOff) return false;
     if (a.mma_mode == kMmaOn) return true;
+    if constexpr (M::Block::TYPE == KPR_TYPE_Q5_K) return ncols >= 4;
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return ncols >= 3;
     if ((a.rows + 15) / 16 <= 2 * a.sms) return true;
     const uint32_t chunks_per_warp = a.nb / M::CB / kMmaWarps;
@@ -437,6 +457,7 @@ inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     case KPR_TYPE_Q8_0: return mma_serves<MmaQ8_0>(a, ncols);
     case KPR_TYPE_Q4_0: return mma_serves<MmaQ4_0>(a, ncols);
     case KPR_TYPE_Q4_K: return mma_serves<MmaQ4_K>(a, ncols);
+    case KPR_TYPE_Q5_K: return mma_serves<MmaQ5_K>(a, ncols);
     case KPR_TYPE_IQ4_NL: return mma_serves<MmaIQ4_NL>(a, ncols);
     default: return false;
     }

@@ -50,7 +50,8 @@ cuda::HostLog g_log;
 
 const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
-     "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL at 2..8 columns, compute capability 9.0): "
+     "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 2..8 columns, compute "
+     "capability 9.0): "
      "auto: where it measured faster than the row kernels; on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
 };
@@ -242,7 +243,8 @@ constexpr Shape kTileShapes[] = {
     {"4093x14336", KPR_OP_GEMV, 4093, 14336, 8, 1, 1, 1},
 };
 constexpr uint32_t kNTileShapes = sizeof(kTileShapes) / sizeof(kTileShapes[0]);
-constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K, KPR_TYPE_IQ4_NL};
+constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K, KPR_TYPE_IQ4_NL,
+                                   KPR_TYPE_IQ4_XS};
 constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
 

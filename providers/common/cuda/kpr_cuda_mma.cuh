@@ -5,7 +5,7 @@
 // streams the 16 rows of its slice chunk by chunk (CB blocks of each row) into its ring in shared memory
 // with bulk copies, one per row chunk, plus one for the chunk's activations of every column: the
 // quantizer writes them in the order a stage holds them (ActTiles, kpr_cuda_act.cuh). For each 32 weights
-// a warp issues one mma.m16n8k32 with int32 sums (two for IQ4_NL): the A fragment is the 16 rows' weights
+// a warp issues one mma.m16n8k32 with int32 sums (two for IQ4_NL, IQ4_XS): the A fragment is the 16 rows' weights
 // as int8 (or uint8) values, decoded per type from the staged blocks, the B fragment the q8_1 activations
 // of up to 8 columns (columns past ncols are zero). The exact integer sums come back in the C fragment;
 // each lane scales its four (row, column) sums in float, as the row kernel does per block. At the end the
@@ -14,8 +14,8 @@
 // Why: in the row kernel every activation load serves one or two rows, so at 8 columns a call reads
 // four times its weight bytes in activations through L1; here a B fragment serves 16 rows, and one
 // instruction does 16 x 8 x 32 multiply-adds. Launched on 9.0 only (bulk copies, and where it was
-// measured), for Q8_0, Q4_0, Q4_K, Q5_K and IQ4_NL (MmaFor), where mma_serves says it is faster than the
-// row kernels (generic_cuda's option tile_kernel: on / off overrides that).
+// measured), for Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL and IQ4_XS (MmaFor), where mma_serves says it is faster
+// than the row kernels (generic_cuda's option tile_kernel: on / off overrides that).
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -129,6 +129,21 @@ struct MmaQ8_0 {
 // two mmas: sum = v . x - u . x. A lookup takes its four indices from a 16-bit selector (the nibbles of
 // bytes 4t and 4t + 1, or of 4t + 2 and 4t + 3), so the activations come permuted to that order
 // (tile_perm_pos) instead of the weights being regrouped.
+// The IQ4 lookups of one unit (see MmaQ4Like): w0, w8 the rows' words qs[4t..4t+3] of the unit, the
+// activations permuted (tile_perm_pos); the exact integer sums v . x - u . x.
+__device__ __forceinline__ void iq4_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4]) {
+    const uint32_t x0 = w0 ^ 0x88888888u, x8 = w8 ^ 0x88888888u;
+    const uint32_t v[4] = {prmt(kIq4Hi0, kIq4Hi1, x0), prmt(kIq4Hi0, kIq4Hi1, x8), prmt(kIq4Hi0, kIq4Hi1, x0 >> 16),
+                           prmt(kIq4Hi0, kIq4Hi1, x8 >> 16)};
+    const uint32_t u[4] = {prmt(kIq4NegLo0, kIq4NegLo1, w0), prmt(kIq4NegLo0, kIq4NegLo1, w8),
+                           prmt(kIq4NegLo0, kIq4NegLo1, w0 >> 16), prmt(kIq4NegLo0, kIq4NegLo1, w8 >> 16)};
+    int sv[4], su[4];
+    mma_u8s8_16x8x32(v, b, sv);
+    mma_u8s8_16x8x32(u, b, su);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
+}
+
 template <class T>
 struct MmaQ4Like {
     using Block = T;
@@ -153,16 +168,7 @@ struct MmaQ4Like {
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         if constexpr (NL) {
-            const uint32_t x0 = r0.w ^ 0x88888888u, x8 = r8.w ^ 0x88888888u;
-            const uint32_t v[4] = {prmt(kIq4Hi0, kIq4Hi1, x0), prmt(kIq4Hi0, kIq4Hi1, x8), prmt(kIq4Hi0, kIq4Hi1, x0 >> 16),
-                                   prmt(kIq4Hi0, kIq4Hi1, x8 >> 16)};
-            const uint32_t u[4] = {prmt(kIq4NegLo0, kIq4NegLo1, r0.w), prmt(kIq4NegLo0, kIq4NegLo1, r8.w),
-                                   prmt(kIq4NegLo0, kIq4NegLo1, r0.w >> 16), prmt(kIq4NegLo0, kIq4NegLo1, r8.w >> 16)};
-            int sv[4], su[4];
-            mma_u8s8_16x8x32(v, b, sv);
-            mma_u8s8_16x8x32(u, b, su);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
+            iq4_product(r0.w, r8.w, b, sum);
         } else {
             const uint32_t a[4] = {((r0.w & 0x0F0F0F0Fu) ^ 0x08080808u) << 4, ((r8.w & 0x0F0F0F0Fu) ^ 0x08080808u) << 4,
                                    (r0.w & 0xF0F0F0F0u) ^ 0x80808080u, (r8.w & 0xF0F0F0F0u) ^ 0x80808080u};
@@ -179,6 +185,48 @@ struct MmaQ4Like {
 };
 using MmaQ4_0 = MmaQ4Like<TQ4_0>;
 using MmaIQ4_NL = MmaQ4Like<TIQ4_NL>;
+
+// IQ4_XS: IQ4_NL's values in 256-weight blocks (136 bytes: d, the scales' high bits, their low nibbles,
+// then 16 bytes of nibbles per 32-weight unit, laid out as IQ4_NL's), unit j scaled by d (ls_j - 32) with
+// a 6-bit ls_j. The same lookups and permuted activations as IQ4_NL. Chunks of 2 blocks (272 bytes, the
+// smallest multiple of 16).
+struct MmaIQ4_XS {
+    using Block = TIQ4_XS;
+    static constexpr uint32_t CB = 2;
+    static constexpr bool SUMS = false, PERM = true;
+    struct Row {
+        float d;
+        uint32_t sh, sl; // the scales' high bits (2 per unit), their low nibbles (4 per unit)
+        uint32_t q[8];   // per unit, the word qs[16j + 4t..+3]
+    };
+    template <uint32_t B>
+    __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
+        const uint32_t base = row + B * 136u; // 8-byte aligned
+        Row r;
+        const uint32_t dd = lds_u32(base);
+        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+        r.sh = dd >> 16;
+        r.sl = lds_u32(base + 4u);
+#pragma unroll
+        for (uint32_t j = 0; j < 8; ++j) r.q[j] = lds_u32(base + 8u + 16u * j + 4u * t);
+        return r;
+    }
+    template <uint32_t U>
+    __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
+                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+        iq4_product(r0.q[U], r8.q[U], b, sum);
+        auto scale = [](const Row &r) {
+            const int ls = static_cast<int>(((r.sl >> (4 * U)) & 0xFu) | (((r.sh >> (2 * U)) & 3u) << 4));
+            return __fmul_rn(r.d, static_cast<float>(ls - 32));
+        };
+        dw0 = scale(r0);
+        dw1 = scale(r8);
+        mw0 = mw1 = 0.0f;
+    }
+    __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
+        return __fmaf_rn(static_cast<float>(sum), __fmul_rn(dw, dx), acc);
+    }
+};
 
 // Q4_K and Q5_K: 256 weights in 8 units of 32, value d sc_j n - dmin m_j (6-bit sc_j, m_j packed in 12
 // bytes); the nibbles of units 2g (low) and 2g + 1 (high) share the 32 bytes qs[32g..32g+31]; Q5_K's fifth
@@ -422,6 +470,7 @@ KPR_MMA_FOR(TQ4_0, MmaQ4_0)
 KPR_MMA_FOR(TQ4_K, MmaQ4_K)
 KPR_MMA_FOR(TQ5_K, MmaQ5_K)
 KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
+KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 #undef KPR_MMA_FOR
 
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from
@@ -438,6 +487,8 @@ KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
 // Q4_K 20.9 -> 18.5 / 29.3 -> 17.9, IQ4_NL 19.3 -> 17.2 / 29.5 -> 17.5; 14336 x 4096 at 3 columns over
 // several waves: 16.7 -> 15.4, 21.6 -> 17.8, 19.1 -> 16.7); at 2 columns the row kernel is as fast or
 // faster (4096 x 14336: Q4_0 14.9 vs 15.7, Q4_K 16.7 vs 17.5, IQ4_NL 15.4 vs 17.7).
+// IQ4_XS as those (4096 x 14336 at 3 / 8: 23.1 -> 17.6 / 33.2 -> 20.5; faster or equal from 3 columns on
+// six shapes).
 // Q5_K: from 4 columns (4096 x 14336 at 4 / 8: 23.4 -> 19.4 / 31.5 -> 20.0); at 3 faster on three of six
 // shapes and slower on three (28672 x 8192: 58.8 -> 65.9, 2048 x 2048 3.7 -> 4.1).
 template <class M>
@@ -459,6 +510,7 @@ inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     case KPR_TYPE_Q4_K: return mma_serves<MmaQ4_K>(a, ncols);
     case KPR_TYPE_Q5_K: return mma_serves<MmaQ5_K>(a, ncols);
     case KPR_TYPE_IQ4_NL: return mma_serves<MmaIQ4_NL>(a, ncols);
+    case KPR_TYPE_IQ4_XS: return mma_serves<MmaIQ4_XS>(a, ncols);
     default: return false;
     }
 }

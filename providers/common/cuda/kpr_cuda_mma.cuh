@@ -94,7 +94,7 @@ struct MmaQ8_0 {
     __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
         const uint32_t base = row + B * 34u;
         Row r;
-        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(lds_u16(base))));
+        r.d = f16_to_float(static_cast<uint16_t>(lds_u16(base)));
         if constexpr (B % 2 == 1) {
             r.lo = lds_u32(base + 2u + 4u * t);
             r.hi = lds_u32(base + 18u + 4u * t);
@@ -158,7 +158,7 @@ struct MmaQ4Like {
     __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
         const uint32_t base = row + B * 18u;
         Row r;
-        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(lds_u16(base))));
+        r.d = f16_to_float(static_cast<uint16_t>(lds_u16(base)));
         if constexpr (B % 2 == 1) r.w = lds_u32(base + 2u + 4u * t);
         else r.w = prmt(lds_u32(base + 4u * t), lds_u32(base + 4u * t + 4u), 0x5432u);
         return r;
@@ -204,7 +204,7 @@ struct MmaIQ4_XS {
         const uint32_t base = row + B * 136u; // 8-byte aligned
         Row r;
         const uint32_t dd = lds_u32(base);
-        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
+        r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
         r.sh = dd >> 16;
         r.sl = lds_u32(base + 4u);
 #pragma unroll
@@ -250,8 +250,8 @@ struct MmaQ45K {
         const uint32_t base = row + B * T::BS;
         Row r;
         const uint32_t dd = lds_u32(base);
-        r.d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xFFFFu)));
-        r.dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+        r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+        r.dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
         const uint32_t w0 = lds_u32(base + 4u), w1 = lds_u32(base + 8u), w2 = lds_u32(base + 12u);
         r.sc[0] = w0 & 0x3F3F3F3Fu;
         r.m[0] = w1 & 0x3F3F3F3Fu;

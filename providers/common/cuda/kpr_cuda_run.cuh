@@ -134,7 +134,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         a.x.s = v.s;
         a.xf = args->x;
         a.xq_n = size_t(nvec) * cols;
-        a.xq_bytes = gemv_scratch_bytes(&p.op, false);
+        a.xq_bytes = p.scratch->bytes();
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;

@@ -50,7 +50,7 @@ cuda::HostLog g_log;
 
 const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
-     "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 2..8 columns, compute "
+     "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, compute "
      "capability 9.0): "
      "auto: where it measured faster than the row kernels; on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
@@ -234,13 +234,16 @@ constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
 constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K, KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
 constexpr uint32_t kNExtra = sizeof(kExtraTypes) / sizeof(kExtraTypes[0]) * kNExtraShapes;
 
-// The tile kernel forced on (tile_kernel = on) at every column count 2..8, for each type that has one:
-// odd row counts (a partial tile), several waves of tiles, warps without a chunk (512 columns).
+// The tile kernel forced on (tile_kernel = on) at every column count 1..8, for each type that has one:
+// odd row counts (a partial tile), several waves of tiles, warps without a chunk (512 columns). At one
+// column the kernel quantizes the activations itself.
 constexpr Shape kTileShapes[] = {
     {"77x1536", KPR_OP_GEMV, 77, 1536, 2, 1, 1, 1},       {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 4, 1, 1, 1}, {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},
     {"4097x512", KPR_OP_GEMV, 4097, 512, 6, 1, 1, 1},     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 7, 1, 1, 1},
-    {"4093x14336", KPR_OP_GEMV, 4093, 14336, 8, 1, 1, 1},
+    {"4093x14336", KPR_OP_GEMV, 4093, 14336, 8, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1},
 };
 constexpr uint32_t kNTileShapes = sizeof(kTileShapes) / sizeof(kTileShapes[0]);
 constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K, KPR_TYPE_IQ4_NL,

@@ -715,8 +715,8 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
 
 
 
-// Dispatch: the tensor-core tile kernel (with its quantizer) for Q8_0 where mma_serves (9.0, 2..8
-// columns, kpr_cuda_mma.cuh); the 4-row kernel for 3..8 columns of a 256-weight-block type where it
+// Dispatch: the tensor-core tile kernel (with its quantizer; at one column quantizing in the kernel) where
+// mma_serves (9.0, kpr_cuda_mma.cuh); the 4-row kernel for 3..8 columns of a 256-weight-block type where it
 // applies (a.sm80: compute capability 8.0+, aligned rows, plain GEMV); else the quantizer (when a.xq_n) and the row
 // kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
 // per warp at one and two columns where a.sm80 (one row per warp elsewhere: the register-staged path

@@ -38,7 +38,7 @@ struct GemvArgs : GemvKArgs {
     uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
                            // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
     uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, Q4_0,
-                           // Q4_K, Q5_K, IQ4_NL, IQ4_XS at 2..8 columns, kpr_cuda_mma.cuh mma_serves)
+                           // Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, kpr_cuda_mma.cuh mma_serves)
     uint32_t mma_mode;     // the tile kernel where sm90: kMmaAuto (where it measured faster), kMmaOn (wherever
                            // it fits), kMmaOff (never); generic_cuda's option tile_kernel
     uint32_t sms;          // multiprocessors

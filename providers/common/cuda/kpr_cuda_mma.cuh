@@ -15,7 +15,8 @@
 // four times its weight bytes in activations through L1; here a B fragment serves 16 rows, and one
 // instruction does 16 x 8 x 32 multiply-adds. Launched on 9.0 only (bulk copies, and where it was
 // measured), for Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL and IQ4_XS (MmaFor), where mma_serves says it is faster
-// than the row kernels (generic_cuda's option tile_kernel: on / off overrides that).
+// than the row kernels (generic_cuda's option tile_kernel: on / off overrides that). At one column (FX)
+// the kernel quantizes the activations itself: the call is one kernel, with no scratch.
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -64,6 +65,13 @@ __device__ __forceinline__ void mma_s8_16x8x32(const uint32_t (&a)[4], const uin
 }
 __device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
     mma_8bit_16x8x32<true>(a, b, d);
+}
+
+// The hardware's reciprocal approximation (what __fdiv_rn starts from).
+__device__ __forceinline__ float rcp_approx(float d) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return r;
 }
 
 // What the tile kernel needs of a block type M:
@@ -302,8 +310,9 @@ __device__ __forceinline__ void unrolled(F &f, std::integer_sequence<uint32_t, I
 // A stage of a warp's ring, for NC columns: the 16 rows' chunks, then CB / 8 runs of the activations'
 // tile layout (each: the int8 activations of each column, the block scales d of each column, with
 // M::SUMS the block sums s). The layout's column strides put the lanes' reads of 8 columns on distinct
-// banks (272 bytes = 4 banks apart; 48 bytes = 12 banks apart).
-template <class M, int NC>
+// banks (272 bytes = 4 banks apart; 48 bytes = 12 banks apart). FX (one column, the activations
+// quantized in the kernel): the chunk's float activations instead, 128 bytes per 32-weight unit.
+template <class M, int NC, bool FX = false>
 struct MmaGeom {
     static constexpr uint32_t ROWS = 16;                    // rows per tile (the mma's M)
     static constexpr uint32_t CHUNK = M::CB * M::Block::BS;  // bytes of a row chunk
@@ -314,8 +323,10 @@ struct MmaGeom {
     static constexpr uint32_t XR = UNITS / 8;                // runs of the tile layout (256 columns) per chunk
     static constexpr uint32_t RUN = ActTiles::run_bytes(NC, M::SUMS);
     static constexpr uint32_t OFF_X = ROWS * RS;
-    static constexpr uint32_t STAGE = OFF_X + XR * RUN;
+    static constexpr uint32_t XBYTES = FX ? UNITS * 32 * 4 : XR * RUN; // a stage's activations
+    static constexpr uint32_t STAGE = OFF_X + XBYTES;
     static_assert(CHUNK % 16 == 0 && RS % 16 == 0 && (RS / 4) % 8 == 4 && UNITS % 8 == 0, "stage geometry");
+    static_assert(!FX || NC == 1, "activations quantized in the kernel: one column");
 };
 
 // The launch shape, measured on the H200 (Q8_0, 4096 x 14336, 8 columns, us per call, with the activations
@@ -330,19 +341,25 @@ constexpr int kMmaWarps = 8;
 // filling two blocks per SM, 15.7 at 2 and 16.0 at 8. (More bytes in flight per warp, and fewer blocks
 // per SM; which of the two matters was not separated.) Over several waves, 2 stages measured faster
 // (launch_mma_waves).
-template <class M, int NC, int W = kMmaWarps>
+template <class M, int NC, int W = kMmaWarps, bool FX = false>
 constexpr int mma_stages() {
     constexpr uint32_t kRingPerBlock = 108 * 1024;
-    constexpr uint32_t s = kRingPerBlock / (W * MmaGeom<M, NC>::STAGE);
+    constexpr uint32_t s = kRingPerBlock / (W * MmaGeom<M, NC, FX>::STAGE);
     return s < 2 ? 2 : s > 8 ? 8 : static_cast<int>(s);
 }
 
 // W warps per block (one 16-row tile), S stages per warp, NC columns (1..8). The chunks of a row are
 // split into W contiguous runs, one per warp.
-template <class M, int NC, int W, int S>
-__global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
+// FX (one column): no quantizer kernel before this one. The ring brings each chunk's float activations
+// (a.x.f) and the warp quantizes them to q8_1 itself (the arithmetic of q8_1_quantize_lane, so the same
+// integers and scales as quantize_act_q8_1): lanes 4g..4g+3 take unit g of each group of 8 units, each lane
+// the 8 values of its own B fragment words (k 4t..4t+3, 16+4t..16+4t+3). So column g of the B fragment
+// holds unit g, and the mma of unit u is right in column u only: lane t = u / 2 keeps that column's sums
+// (C columns 2t, 2t+1). A call is then one kernel; the 16 rows of a tile share each quantization.
+template <class M, int NC, int W, int S, bool FX = false>
+__global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
-    using G = MmaGeom<M, NC>;
+    using G = MmaGeom<M, NC, FX>;
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
     __shared__ float red[W][G::ROWS * 8];
     __shared__ alignas(8) uint64_t bar[W][S]; // one mbarrier per stage of a warp's ring
@@ -354,7 +371,8 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
     const uint32_t per = (nch + W - 1) / W;
     const uint32_t c0 = min(nch, warp * per), c1 = min(nch, c0 + per);
     const uint32_t ring = smem_addr(mma_ring) + warp * S * G::STAGE;
-    const uint8_t *const xt = reinterpret_cast<const uint8_t *>(a.x.q); // the tile layout (ActTiles)
+    // the tile layout (ActTiles), or FX the float activations
+    const uint8_t *const xt = FX ? reinterpret_cast<const uint8_t *>(a.x.f) : reinterpret_cast<const uint8_t *>(a.x.q);
 
     if (lane == 0) {
 #pragma unroll
@@ -367,7 +385,7 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
     auto issue_w = [&](uint32_t c, uint32_t st) {
         const uint64_t off = static_cast<uint64_t>(c) * G::CHUNK;
         const uint32_t b = smem_addr(&bar[warp][st]);
-        if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XR * G::RUN);
+        if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XBYTES);
         __syncwarp();
         if (lane < G::ROWS) {
             const uint32_t row = min(row0 + lane, a.rows - 1);
@@ -375,25 +393,152 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
                           G::CHUNK, b);
         }
     };
-    // requests the q8_1 activations of chunk c into stage st (only after the dependency wait): one run
-    // of the quantizer's tile layout, one copy
+    // requests the activations of chunk c into stage st (only after the dependency wait): one run of the
+    // quantizer's tile layout (FX: the chunk's floats), one copy
     auto issue_x = [&](uint32_t c, uint32_t st) {
         if (lane == 0)
-            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_X, xt + size_t(c) * G::XR * G::RUN, G::XR * G::RUN,
+            bulk_copy_g2s(ring + st * G::STAGE + G::OFF_X, xt + size_t(c) * G::XBYTES, G::XBYTES,
                           smem_addr(&bar[warp][st]));
     };
     // the weights need nothing from the kernel before: requested before the dependency wait
 #pragma unroll
     for (int s = 0; s + 1 < S; ++s)
         if (c0 + s < c1) issue_w(c0 + s, s);
-    pdl_wait();              // the activations are written by the quantizer before this kernel
-    pdl_launch_dependents(); // the next call's quantizer may launch (it waits for us before writing)
+    pdl_wait();              // the activations are written by the kernel before (FX) or the quantizer
+    pdl_launch_dependents(); // the next call's kernel may launch (it waits for us before writing)
 #pragma unroll
     for (int s = 0; s + 1 < S; ++s)
         if (c0 + s < c1) issue_x(c0 + s, s);
 
     const bool colb = g < NC, cold0 = 2 * t < NC, cold1 = 2 * t + 1 < NC;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // The chunk in stage `stage`, block by block (a block's index is a compile-time constant: load<B>
+    // depends on its alignment). FX: acc[0] and acc[2] gather rows g and g + 8 over the units whose B
+    // column is 2t or 2t + 1.
+    auto chunk = [&](uint32_t stage) {
+        constexpr uint32_t UPB = M::Block::QK / 32; // units per block
+        constexpr uint32_t P = G::UNITS / 8;       // FX: groups of 8 units
+        const uint32_t rg = stage + g * G::RS, rg8 = rg + 8 * G::RS;
+        [[maybe_unused]] uint32_t bq[FX ? P : 1][2];
+        [[maybe_unused]] float dxa[FX ? P : 1], dxb[FX ? P : 1]; // FX: units with B columns 2t, 2t + 1
+        [[maybe_unused]] float sxa[FX ? P : 1], sxb[FX ? P : 1];
+        if constexpr (FX) {
+#pragma unroll
+            for (uint32_t p = 0; p < P; ++p) {
+                // lane's values: k 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi) of unit 8p + g; odd g read hi first, so
+                // that each 128-bit load of a quarter warp covers 32 distinct banks
+                const uint32_t base = stage + G::OFF_X + (8u * p + g) * 128u + 16u * t;
+                const uint32_t o1 = (g & 1u) ? 64u : 0u;
+                uint32_t fa[4], fb[4];
+                lds_words_v4<4>(base + o1, fa);
+                lds_words_v4<4>(base + (64u - o1), fb);
+                float amax = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(fa[i])), fabsf(__uint_as_float(fb[i]))));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                const float dd = __fdiv_rn(amax, 127.0f);
+                int qa[4], qb[4], qs = 0;
+                if (dd >= 0x1p-100f && dd <= 0x1p100f) {
+                    // x / dd as __fdiv_rn computes it where its range check passes (a refined reciprocal, a
+                    // product, one correction), the reciprocal once per block. With dd in this range and
+                    // |x| <= 127 dd the check can fail only for quotients under 2^-26, which round to 0 either way.
+                    float r = rcp_approx(dd);
+                    r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
+                    auto quant = [&](uint32_t w) {
+                        const float x = __uint_as_float(w), q0 = __fmul_rn(x, r);
+                        return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, x), q0)));
+                    };
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        qa[i] = quant(fa[i]);
+                        qb[i] = quant(fb[i]);
+                    }
+                } else { // zero, tiny or huge blocks, inf: the division itself
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        qa[i] = qb[i] = 0;
+                        if (amax != 0.0f) {
+                            qa[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fa[i]), dd)));
+                            qb[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fb[i]), dd)));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < 4; ++i) qs += qa[i] + qb[i];
+                auto pack = [](const int (&q)[4]) {
+                    return (static_cast<uint32_t>(q[0]) & 0xFFu) | ((static_cast<uint32_t>(q[1]) & 0xFFu) << 8) |
+                           ((static_cast<uint32_t>(q[2]) & 0xFFu) << 16) | (static_cast<uint32_t>(q[3]) << 24);
+                };
+                const uint32_t pa = pack(qa), pb = pack(qb);
+                const uint32_t lo = (g & 1u) ? pb : pa, hi = (g & 1u) ? pa : pb;
+                if constexpr (M::PERM) { // tile_perm_pos: (lo0, hi0, lo1, hi1), (lo2, hi2, lo3, hi3)
+                    bq[p][0] = prmt(lo, hi, 0x5140u);
+                    bq[p][1] = prmt(lo, hi, 0x7362u);
+                } else {
+                    bq[p][0] = lo;
+                    bq[p][1] = hi;
+                }
+                const float dh = __half2float(__float2half_rn(dd));
+                dxa[p] = __shfl_sync(0xffffffffu, dh, 8u * t);
+                dxb[p] = __shfl_sync(0xffffffffu, dh, 8u * t + 4u);
+                if constexpr (M::SUMS) {
+                    qs += __shfl_xor_sync(0xffffffffu, qs, 1);
+                    qs += __shfl_xor_sync(0xffffffffu, qs, 2);
+                    const float sh = __fmul_rn(dh, static_cast<float>(qs));
+                    sxa[p] = __shfl_sync(0xffffffffu, sh, 8u * t);
+                    sxb[p] = __shfl_sync(0xffffffffu, sh, 8u * t + 4u);
+                } else {
+                    sxa[p] = sxb[p] = 0.0f;
+                }
+            }
+        }
+        // this lane's B column (g) and C columns (2t, 2t + 1) in the stage's first run (not FX)
+        [[maybe_unused]] const uint32_t xq = stage + G::OFF_X + g * ActTiles::QS;
+        [[maybe_unused]] const uint32_t xd0 = stage + G::OFF_X + NC * ActTiles::QS + 2 * t * ActTiles::FS;
+        [[maybe_unused]] const uint32_t xd1 = xd0 + ActTiles::FS, xs0 = xd0 + NC * ActTiles::FS, xs1 = xs0 + ActTiles::FS;
+        auto block = [&](auto bc) {
+            constexpr uint32_t bb = decltype(bc)::value;
+            const typename M::Row r0 = M::template load<bb>(rg, t), r8 = M::template load<bb>(rg8, t);
+            auto unit = [&](auto uc) {
+                constexpr uint32_t ui = bb * UPB + decltype(uc)::value; // unit in the chunk
+                int sum[4];
+                float dw0, dw1, mw0, mw1;
+                if constexpr (FX) {
+                    constexpr uint32_t p = ui / 8, u = ui % 8; // u: its B column
+                    M::template product<decltype(uc)::value>(r0, r8, bq[p], sum, dw0, mw0, dw1, mw1);
+                    const float dx = u % 2 ? dxb[p] : dxa[p], sx = u % 2 ? sxb[p] : sxa[p];
+                    const float n0 = M::fold(sum[u % 2], dw0, mw0, dx, sx, acc[0]);
+                    const float n2 = M::fold(sum[2 + u % 2], dw1, mw1, dx, sx, acc[2]);
+                    const bool mine = t == u / 2; // column u of the C fragment is this lane's
+                    acc[0] = mine ? n0 : acc[0];
+                    acc[2] = mine ? n2 : acc[2];
+                } else {
+                    constexpr uint32_t xo = ui / 8 * G::RUN + ui % 8 * 32u, fo = ui / 8 * G::RUN + ui % 8 * 4u;
+                    uint32_t bf[2] = {0, 0};
+                    float dx0 = 0.0f, dx1 = 0.0f, sx0 = 0.0f, sx1 = 0.0f;
+                    if (colb) {
+                        bf[0] = lds_u32(xq + xo + 4u * t);
+                        bf[1] = lds_u32(xq + xo + 16u + 4u * t);
+                    }
+                    if (cold0) dx0 = __uint_as_float(lds_u32(xd0 + fo));
+                    if (cold1) dx1 = __uint_as_float(lds_u32(xd1 + fo));
+                    if constexpr (M::SUMS) {
+                        if (cold0) sx0 = __uint_as_float(lds_u32(xs0 + fo));
+                        if (cold1) sx1 = __uint_as_float(lds_u32(xs1 + fo));
+                    }
+                    M::template product<decltype(uc)::value>(r0, r8, bf, sum, dw0, mw0, dw1, mw1);
+                    acc[0] = M::fold(sum[0], dw0, mw0, dx0, sx0, acc[0]);
+                    acc[1] = M::fold(sum[1], dw0, mw0, dx1, sx1, acc[1]);
+                    acc[2] = M::fold(sum[2], dw1, mw1, dx0, sx0, acc[2]);
+                    acc[3] = M::fold(sum[3], dw1, mw1, dx1, sx1, acc[3]);
+                }
+            };
+            unrolled(unit, std::make_integer_sequence<uint32_t, UPB>{});
+        };
+        unrolled(block, std::make_integer_sequence<uint32_t, M::CB>{});
+    };
     for (uint32_t c = c0; c < c1; ++c) {
         const uint32_t i = c - c0, st = i % S;
         if (c + S - 1 < c1) {
@@ -402,42 +547,22 @@ __global__ void __launch_bounds__(32 * W) gemv_mma_kernel(const GemvKArgs a) {
         }
         mbar_wait(smem_addr(&bar[warp][st]), (i / S) & 1u);
         __syncwarp();
-        const uint32_t stage = ring + st * G::STAGE;
-        const uint32_t rg = stage + g * G::RS, rg8 = rg + 8 * G::RS;
-        // this lane's B column (g) and C columns (2t, 2t + 1) in the stage's first run
-        const uint32_t xq = stage + G::OFF_X + g * ActTiles::QS;
-        const uint32_t xd0 = stage + G::OFF_X + NC * ActTiles::QS + 2 * t * ActTiles::FS, xd1 = xd0 + ActTiles::FS;
-        const uint32_t xs0 = xd0 + NC * ActTiles::FS, xs1 = xs0 + ActTiles::FS;
-        // one block (its index a compile-time constant: load<B> depends on its alignment), unit by unit
-        auto block = [&](auto bc) {
-            constexpr uint32_t bb = decltype(bc)::value;
-            const typename M::Row r0 = M::template load<bb>(rg, t), r8 = M::template load<bb>(rg8, t);
-            auto unit = [&](auto uc) {
-                constexpr uint32_t ui = bb * (M::Block::QK / 32) + decltype(uc)::value; // unit in the chunk
-                constexpr uint32_t xo = ui / 8 * G::RUN + ui % 8 * 32u, fo = ui / 8 * G::RUN + ui % 8 * 4u;
-                uint32_t bf[2] = {0, 0};
-                float dw0, dw1, mw0, mw1, dx0 = 0.0f, dx1 = 0.0f, sx0 = 0.0f, sx1 = 0.0f;
-                if (colb) {
-                    bf[0] = lds_u32(xq + xo + 4u * t);
-                    bf[1] = lds_u32(xq + xo + 16u + 4u * t);
-                }
-                if (cold0) dx0 = __uint_as_float(lds_u32(xd0 + fo));
-                if (cold1) dx1 = __uint_as_float(lds_u32(xd1 + fo));
-                if constexpr (M::SUMS) {
-                    if (cold0) sx0 = __uint_as_float(lds_u32(xs0 + fo));
-                    if (cold1) sx1 = __uint_as_float(lds_u32(xs1 + fo));
-                }
-                int sum[4];
-                M::template product<decltype(uc)::value>(r0, r8, bf, sum, dw0, mw0, dw1, mw1);
-                acc[0] = M::fold(sum[0], dw0, mw0, dx0, sx0, acc[0]);
-                acc[1] = M::fold(sum[1], dw0, mw0, dx1, sx1, acc[1]);
-                acc[2] = M::fold(sum[2], dw1, mw1, dx0, sx0, acc[2]);
-                acc[3] = M::fold(sum[3], dw1, mw1, dx1, sx1, acc[3]);
-            };
-            unrolled(unit, std::make_integer_sequence<uint32_t, M::Block::QK / 32>{});
-        };
-        unrolled(block, std::make_integer_sequence<uint32_t, M::CB>{});
+        chunk(ring + st * G::STAGE);
         __syncwarp(); // stage st is refilled by a later issue
+    }
+    if constexpr (FX) { // rows g, g + 8: one part per lane t, added below with the warps' slices
+        red[warp][g * 8 + t] = acc[0];
+        red[warp][(g + 8) * 8 + t] = acc[2];
+        __syncthreads();
+        for (uint32_t r = threadIdx.x; r < G::ROWS; r += 32 * W) {
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < W; ++w)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v += red[w][r * 8 + i];
+            if (row0 + r < a.rows) a.y[row0 + r] = v;
+        }
+        return;
     }
     red[warp][g * 8 + 2 * t] = acc[0];
     red[warp][g * 8 + 2 * t + 1] = acc[1];
@@ -491,10 +616,14 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // six shapes).
 // Q5_K: from 4 columns (4096 x 14336 at 4 / 8: 23.4 -> 19.4 / 31.5 -> 20.0); at 3 faster on three of six
 // shapes and slower on three (28672 x 8192: 58.8 -> 65.9, 2048 x 2048 3.7 -> 4.1).
+// One column (the activations quantized in the kernel, one kernel per call): Q8_0 where all tiles are
+// resident at once (4096 x 14336: 18.1 -> 17.2, 4096 x 4096: 7.0 -> 6.3); over several waves, and for the
+// 4-bit types, the row kernels are faster (14336 x 4096: 18.5 -> 19.7 / 21.0; Q4_0 4096 x 14336 11.2 -> 14.6).
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
-    if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 2 || a.mma_mode == kMmaOff) return false;
+    if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
     if (a.mma_mode == kMmaOn) return true;
+    if (ncols == 1) return M::Block::TYPE == KPR_TYPE_Q8_0 && (a.rows + 15) / 16 <= 2 * a.sms;
     if constexpr (M::Block::TYPE == KPR_TYPE_Q5_K) return ncols >= 4;
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return ncols >= 3;
     if ((a.rows + 15) / 16 <= 2 * a.sms) return true;
@@ -515,6 +644,21 @@ inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     }
 }
 
+// Sets kernel k's dynamic shared memory allowance to dyn bytes once per device (`set`: the caller's flags,
+// one array per kernel instance).
+template <class K>
+cudaError_t allow_mma_smem(K k, size_t dyn, std::atomic<bool> (&set)[64]) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev < 0 || dev >= 64 || !set[dev].load(std::memory_order_relaxed)) {
+        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn));
+        if (e != cudaSuccess) return e;
+        if (dev >= 0 && dev < 64) set[dev].store(true, std::memory_order_relaxed);
+    }
+    return cudaSuccess;
+}
+
 // Launches the quantizer (into the tile layout, in x's scratch) and the tile kernel for NC columns.
 // cudaErrorNotSupported, with nothing launched: not this shape or device (the caller takes the row kernel).
 template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
@@ -527,20 +671,33 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
         return cudaErrorNotSupported;
     auto k = gemv_mma_kernel<M, NC, W, S>;
     static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    cudaError_t e = allow_mma_smem(k, dyn, set);
     if (e != cudaSuccess) return e;
-    if (dev < 0 || dev >= 64 || !set[dev].load(std::memory_order_relaxed)) {
-        e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn));
-        if (e != cudaSuccess) return e;
-        if (dev >= 0 && dev < 64) set[dev].store(true, std::memory_order_relaxed);
-    }
     e = launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
                    stream, a.xf, static_cast<uint32_t>(NC), a.x.cols,
                    reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
     if (e != cudaSuccess) return e;
     const uint32_t tiles = (a.rows + 15) / 16;
     return launch_pdl(k, dim3(tiles), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(a));
+}
+
+// One column, the activations quantized in the tile kernel (FX): one kernel per call, no scratch.
+// cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
+// ring copies them in bulk) or the shape does not fit.
+template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>()>
+cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
+    if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || a.x.vbase != 0 ||
+        a.nb % M::CB != 0 || a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
+        dyn + sizeof(float) * W * 16 * 8 + 8 * W * S > a.smem_optin)
+        return cudaErrorNotSupported;
+    auto k = gemv_mma_kernel<M, 1, W, S, true>;
+    static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set
+    cudaError_t e = allow_mma_smem(k, dyn, set);
+    if (e != cudaSuccess) return e;
+    GemvKArgs ka = a;
+    ka.x.f = a.xf;
+    return launch_pdl(k, dim3((a.rows + 15) / 16), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(ka));
 }
 
 // NC columns, with the ring depth for the number of waves: where every tile is resident at once (two
@@ -553,10 +710,13 @@ cudaError_t launch_mma_waves(const GemvArgs &a, bool pdl, cudaStream_t s) {
     return launch_mma<M, NC, kMmaWarps, 2>(a, pdl, s);
 }
 
-// On the runtime column count, 2..8 (mma_serves never asks for one column).
+// On the runtime column count, 1..8.
 template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
+    case 1:
+        if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
+        return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);
     case 2: return launch_mma_waves<M, 2>(a, pdl, s);
     case 3: return launch_mma_waves<M, 3>(a, pdl, s);
     case 4: return launch_mma_waves<M, 4>(a, pdl, s);

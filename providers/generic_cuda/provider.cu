@@ -125,6 +125,7 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     ta.sms = dev->sm_count;
     ta.rows = static_cast<uint32_t>(op->rows);
     ta.nb = static_cast<uint32_t>(op->cols / td->qk);
+    ta.x.cols = static_cast<uint32_t>(op->cols);
     const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
     const char *layout = tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
                          : sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
@@ -133,7 +134,8 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     // where a one-column call reads its activations (where the whole vector does not fit the
     // shared-memory budget, the launcher takes the staged or the L1 path)
     const bool one = sm80 && op->ncols == 1;
-    const char *xsrc = !one                                         ? ""
+    const char *xsrc = one && tile                                  ? ", quantized in the kernel (one kernel per call)"
+                       : !one                                       ? ""
                        : cuda::copies_whole_vector(op->weight_type) ? ", the vector in shared memory per block where it fits"
                        : cuda::stages_activations(op->weight_type)  ? ", staged with the weight chunks"
                                                                     : "";

@@ -240,6 +240,8 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // one column, one wave: quantizing in the kernel
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves: the row kernel
     EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto")); // 4-bit types: the row kernel at one column
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 14336, 4096, 1, "auto"));  // but IQ4_XS on rows up to 8192 columns
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_XS, 4096, 14336, 1, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "on"));
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "off"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 2, "on"));

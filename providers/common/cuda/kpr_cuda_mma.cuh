@@ -617,13 +617,19 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // Q5_K: from 4 columns (4096 x 14336 at 4 / 8: 23.4 -> 19.4 / 31.5 -> 20.0); at 3 faster on three of six
 // shapes and slower on three (28672 x 8192: 58.8 -> 65.9, 2048 x 2048 3.7 -> 4.1).
 // One column (the activations quantized in the kernel, one kernel per call): Q8_0 where all tiles are
-// resident at once (4096 x 14336: 18.1 -> 17.2, 4096 x 4096: 7.0 -> 6.3); over several waves, and for the
-// 4-bit types, the row kernels are faster (14336 x 4096: 18.5 -> 19.7 / 21.0; Q4_0 4096 x 14336 11.2 -> 14.6).
+// resident at once (4096 x 14336: 18.2 -> 17.5, 4096 x 4096: 7.0 -> 6.3, 2048 x 2048: 3.4 -> 2.5); over
+// several waves the row kernel (14336 x 4096: 18.5 -> 20.7, 5120 x 13824: 25.2 -> 28.8, 8192 x 28672,
+// 28672 x 8192: 5-12% slower). IQ4_XS on rows up to 8192 columns (4096 x 4096: 7.3 -> 5.7, 2048 x 2048:
+// 3.9 -> 2.5, 14336 x 4096: 22.3 -> 18.5, 28672 x 8192: 61.9 -> 57.8; longer rows mixed: 5120 x 13824
+// 28.5 -> 24.3, 4096 x 14336 16.3 -> 17.1, 8192 x 28672 53.8 -> 57.8). The other 4-bit types keep their
+// row kernels (Q4_0 4096 x 14336: 11.2 -> 14.6).
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
     if (a.mma_mode == kMmaOn) return true;
-    if (ncols == 1) return M::Block::TYPE == KPR_TYPE_Q8_0 && (a.rows + 15) / 16 <= 2 * a.sms;
+    if (ncols == 1)
+        return (M::Block::TYPE == KPR_TYPE_Q8_0 && (a.rows + 15) / 16 <= 2 * a.sms) ||
+               (M::Block::TYPE == KPR_TYPE_IQ4_XS && a.x.cols <= 8192);
     if constexpr (M::Block::TYPE == KPR_TYPE_Q5_K) return ncols >= 4;
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return ncols >= 3;
     if ((a.rows + 15) / 16 <= 2 * a.sms) return true;

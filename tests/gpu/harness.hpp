@@ -191,9 +191,10 @@ inline void parallel_for(uint64_t n, F f) {
     for (auto &x : th) x.join();
 }
 
-// Runs one self-test case of `p` (with `parity` for PARITY cases) on the real device.
+// Runs one self-test case of `p` (with `parity` for PARITY cases) on the real device. x_offset: the
+// activations start that many bytes into their buffer (4: aligned for floats, not for 16-byte copies).
 inline CaseResult run_case(Provider &p, const kpr_selftest_case &c, const kpr_device_desc &dev, cudaStream_t stream,
-                           Provider *parity, uint64_t seed) {
+                           Provider *parity, uint64_t seed, uint32_t x_offset = 0) {
     CaseResult r;
     const kpr_op_desc &op = c.op;
     const TypeInfo *ti = tinfo(op.weight_type);
@@ -239,9 +240,10 @@ inline CaseResult run_case(Provider &p, const kpr_selftest_case &c, const kpr_de
     }
     const uint64_t ny = op.ncols * n_used * op.rows;
 
-    GuardedBuffer dw(wbytes), dx(nx * 4), dy(ny * 4), dids(hids.size() * 4);
+    GuardedBuffer dw(wbytes), dx(nx * 4 + x_offset), dy(ny * 4), dids(hids.size() * 4);
+    float *const xptr = reinterpret_cast<float *>(static_cast<uint8_t *>(dx.ptr()) + x_offset);
     KPR_CU(cudaMemcpy(dw.ptr(), hw.data(), wbytes, cudaMemcpyHostToDevice));
-    KPR_CU(cudaMemcpy(dx.ptr(), hx.data(), nx * 4, cudaMemcpyHostToDevice));
+    KPR_CU(cudaMemcpy(xptr, hx.data(), nx * 4, cudaMemcpyHostToDevice));
     KPR_CU(cudaMemcpy(dids.ptr(), hids.data(), hids.size() * 4, cudaMemcpyHostToDevice));
 
     auto run_on = [&](Provider &pv, std::vector<float> &out, std::string &msg) -> bool {
@@ -255,7 +257,7 @@ inline CaseResult run_case(Provider &p, const kpr_selftest_case &c, const kpr_de
             return false;
         }
         KPR_CU(cudaMemsetAsync(dy.ptr(), 0xFF, ny * 4, stream)); // NaN poison
-        kpr_run_args ra{sizeof(ra), op.ncols, static_cast<const float *>(dx.ptr()), static_cast<float *>(dy.ptr()),
+        kpr_run_args ra{sizeof(ra), op.ncols, xptr, static_cast<float *>(dy.ptr()),
                         grouped ? static_cast<const int32_t *>(dids.ptr()) : nullptr, stream};
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);

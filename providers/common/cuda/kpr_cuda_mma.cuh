@@ -16,7 +16,7 @@
 // instruction does 16 x 8 x 32 multiply-adds. Launched on 9.0 only (bulk copies, and where it was
 // measured), for Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL and IQ4_XS (MmaFor), where mma_serves says it is faster
 // than the row kernels (generic_cuda's option tile_kernel: on / off overrides that). At one column (FX)
-// the kernel quantizes the activations itself: the call is one kernel, with no scratch.
+// the kernel quantizes the activations itself: the call is one kernel, and reads no scratch.
 #pragma once
 
 #include "kpr_cuda_act.cuh"
@@ -687,7 +687,8 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     return launch_pdl(k, dim3(tiles), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(a));
 }
 
-// One column, the activations quantized in the tile kernel (FX): one kernel per call, no scratch.
+// One column, the activations quantized in the tile kernel (FX): one kernel per call (the prepared scratch,
+// kept for the fallback, is not read).
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
 // ring copies them in bulk) or the shape does not fit.
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>()>

@@ -356,7 +356,9 @@ constexpr int mma_stages() {
 // the 8 values of its own B fragment words (k 4t..4t+3, 16+4t..16+4t+3). So column g of the B fragment
 // holds unit g, and the mma of unit u is right in column u only: lane t = u / 2 keeps that column's sums
 // (C columns 2t, 2t+1). A call is then one kernel; the 16 rows of a tile share each quantization.
-template <class M, int NC, int W, int S, bool FX = false>
+// EARLY: a stage is refilled as soon as its blocks are in registers (the decode follows from there), so
+// that all S stages are in flight while a warp decodes (fx_refills_early).
+template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false>
 __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX>;
@@ -400,14 +402,16 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
             bulk_copy_g2s(ring + st * G::STAGE + G::OFF_X, xt + size_t(c) * G::XBYTES, G::XBYTES,
                           smem_addr(&bar[warp][st]));
     };
-    // the weights need nothing from the kernel before: requested before the dependency wait
+    // the weights need nothing from the kernel before: requested before the dependency wait (EARLY: every
+    // stage, since a stage is refilled as soon as it has been read into registers)
+    constexpr int S0 = EARLY ? S : S - 1;
 #pragma unroll
-    for (int s = 0; s + 1 < S; ++s)
+    for (int s = 0; s < S0; ++s)
         if (c0 + s < c1) issue_w(c0 + s, s);
     pdl_wait();              // the activations are written by the kernel before (FX) or the quantizer
     pdl_launch_dependents(); // the next call's kernel may launch (it waits for us before writing)
 #pragma unroll
-    for (int s = 0; s + 1 < S; ++s)
+    for (int s = 0; s < S0; ++s)
         if (c0 + s < c1) issue_x(c0 + s, s);
 
     const bool colb = g < NC, cold0 = 2 * t < NC, cold1 = 2 * t + 1 < NC;
@@ -415,7 +419,7 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
     // The chunk in stage `stage`, block by block (a block's index is a compile-time constant: load<B>
     // depends on its alignment). FX: acc[0] and acc[2] gather rows g and g + 8 over the units whose B
     // column is 2t or 2t + 1.
-    auto chunk = [&](uint32_t stage) {
+    auto chunk = [&](uint32_t stage, auto release) {
         constexpr uint32_t UPB = M::Block::QK / 32; // units per block
         constexpr uint32_t P = G::UNITS / 8;       // FX: groups of 8 units
         const uint32_t rg = stage + g * G::RS, rg8 = rg + 8 * G::RS;
@@ -498,9 +502,21 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
         [[maybe_unused]] const uint32_t xq = stage + G::OFF_X + g * ActTiles::QS;
         [[maybe_unused]] const uint32_t xd0 = stage + G::OFF_X + NC * ActTiles::QS + 2 * t * ActTiles::FS;
         [[maybe_unused]] const uint32_t xd1 = xd0 + ActTiles::FS, xs0 = xd0 + NC * ActTiles::FS, xs1 = xs0 + ActTiles::FS;
+        // EARLY: every block's rows into registers first, then the stage is released
+        [[maybe_unused]] typename M::Row r0s[EARLY ? M::CB : 1], r8s[EARLY ? M::CB : 1];
+        if constexpr (EARLY) {
+            auto ld = [&](auto bc) {
+                constexpr uint32_t bb = decltype(bc)::value;
+                r0s[bb] = M::template load<bb>(rg, t);
+                r8s[bb] = M::template load<bb>(rg8, t);
+            };
+            unrolled(ld, std::make_integer_sequence<uint32_t, M::CB>{});
+            release();
+        }
         auto block = [&](auto bc) {
             constexpr uint32_t bb = decltype(bc)::value;
-            const typename M::Row r0 = M::template load<bb>(rg, t), r8 = M::template load<bb>(rg8, t);
+            const typename M::Row r0 = EARLY ? r0s[EARLY ? bb : 0] : M::template load<bb>(rg, t);
+            const typename M::Row r8 = EARLY ? r8s[EARLY ? bb : 0] : M::template load<bb>(rg8, t);
             auto unit = [&](auto uc) {
                 constexpr uint32_t ui = bb * UPB + decltype(uc)::value; // unit in the chunk
                 int sum[4];
@@ -541,13 +557,24 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
     };
     for (uint32_t c = c0; c < c1; ++c) {
         const uint32_t i = c - c0, st = i % S;
-        if (c + S - 1 < c1) {
+        if (!EARLY && c + S - 1 < c1) {
             issue_w(c + S - 1, (i + S - 1) % S);
             issue_x(c + S - 1, (i + S - 1) % S);
         }
         mbar_wait(smem_addr(&bar[warp][st]), (i / S) & 1u);
         __syncwarp();
-        chunk(ring + st * G::STAGE);
+        // EARLY: chunk c + S goes into this stage once its contents are in registers
+        auto release = [&] {
+            if constexpr (EARLY) {
+                fence_proxy_async_smem();
+                __syncwarp();
+                if (c + S < c1) {
+                    issue_w(c + S, st);
+                    issue_x(c + S, st);
+                }
+            }
+        };
+        chunk(ring + st * G::STAGE, release);
         __syncwarp(); // stage st is refilled by a later issue
     }
     if constexpr (FX) { // rows g, g + 8: one part per lane t, added below with the warps' slices
@@ -617,7 +644,8 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // Q5_K: from 4 columns (4096 x 14336 at 4 / 8: 23.4 -> 19.4 / 31.5 -> 20.0); at 3 faster on three of six
 // shapes and slower on three (28672 x 8192: 58.8 -> 65.9, 2048 x 2048 3.7 -> 4.1).
 // One column (the activations quantized in the kernel, one kernel per call): Q8_0 where all tiles are
-// resident at once (4096 x 14336: 18.2 -> 17.5, 4096 x 4096: 7.0 -> 6.3, 2048 x 2048: 3.4 -> 2.5); over
+// resident at once (run 8: 4096 x 14336: 18.2 -> 17.5, 4096 x 4096: 7.0 -> 6.3, 2048 x 2048: 3.4 -> 2.5;
+// with early refills, run 14: 4096 x 14336 18.0 -> 16.9); over
 // several waves the row kernel (14336 x 4096: 18.5 -> 20.7, 5120 x 13824: 25.2 -> 28.8, 8192 x 28672,
 // 28672 x 8192: 5-12% slower). IQ4_XS on rows up to 8192 columns (4096 x 4096: 7.3 -> 5.7, 2048 x 2048:
 // 3.9 -> 2.5, 14336 x 4096: 22.3 -> 18.5, 28672 x 8192: 61.9 -> 57.8; longer rows mixed: 5120 x 13824
@@ -691,14 +719,24 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // kept for the fallback, is not read).
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
 // ring copies them in bulk) or the shape does not fit.
-template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>()>
+// Whether the one-column kernel refills a stage as soon as its blocks are in registers (EARLY), so that S
+// chunks are in flight while a warp decodes instead of S - 1: measured on the H200 (run 13 of
+// h200-session10-runs.txt, against refilling after the decode, alternating twice): Q8_0 4096 x 14336 17.25
+// -> 17.0 us, Q4_0 14.65 -> 14.5; not IQ4_XS, whose two blocks of rows take 156 registers that way (one block
+// per SM instead of two: 17.2 -> 21.3).
+template <class M>
+constexpr bool fx_refills_early() {
+    return M::Block::TYPE != KPR_TYPE_IQ4_XS;
+}
+
+template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>()>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
     if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || a.x.vbase != 0 ||
         a.nb % M::CB != 0 || a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
         dyn + sizeof(float) * W * 16 * 8 + 8 * W * S > a.smem_optin)
         return cudaErrorNotSupported;
-    auto k = gemv_mma_kernel<M, 1, W, S, true>;
+    auto k = gemv_mma_kernel<M, 1, W, S, true, EARLY>;
     static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set
     cudaError_t e = allow_mma_smem(k, dyn, set);
     if (e != cudaSuccess) return e;

@@ -290,6 +290,13 @@ __device__ __forceinline__ void mbar_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
+// orders this thread's earlier shared-memory reads before later copy-engine writes (a stage read into
+// registers may be refilled by a bulk copy that lane 0 issues after a warp barrier)
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if KPR_BULK_COPY
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
 // this thread's arrival, and the bytes the phase waits for besides
 __device__ __forceinline__ void mbar_arrive_expect(uint32_t bar, uint32_t bytes) {
 #if KPR_BULK_COPY

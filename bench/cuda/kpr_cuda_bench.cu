@@ -441,8 +441,9 @@ int main(int argc, char **argv) {
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
             if (t == 999) continue;
-            for (const auto &[rows, cols] : shapes)
+            for (const auto &shape : shapes)
                 for (uint32_t nc : ncols) {
+                    const auto rows = shape.first, cols = shape.second;
                     auto run = [&](const char *mode) {
                         BenchCase bc{"generic_cuda", t, rows, cols, nc, false, 1, 1, {{"tile_kernel", mode}}};
                         return bench(*p, bc, dev, s);

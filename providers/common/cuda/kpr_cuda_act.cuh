@@ -52,6 +52,56 @@ __device__ __forceinline__ int q8_1_quantize_lane(float xi, float &dh, int &sum)
     return qi;
 }
 
+// The hardware's reciprocal approximation (what __fdiv_rn starts from).
+__device__ __forceinline__ float rcp_approx(float d) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    return r;
+}
+
+// One 32-value block held by four consecutive lanes (a group of lanes 4g..4g+3), 8 values per lane in fa
+// and fb (as float bits): the same quants, scale and sum as q8_1_quantize_lane. The lane's quants (qa, qb),
+// the block's scale rounded to f16 (dh) and the lane's share of the quant sum (qs; the group's sum is
+// the sum over its four lanes). The division x / d is __fdiv_rn's own fast path (a refined reciprocal, a
+// product, one correction) with the reciprocal computed once per block where d is in [2^-100, 2^100]:
+// there, for |x| <= 127 d, __fdiv_rn's range check can fail only for quotients under 2^-26, which round
+// to 0 either way, so the integers are the same. Other blocks (zero, tiny, huge, inf) divide.
+__device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], const uint32_t (&fb)[4], int (&qa)[4],
+                                                   int (&qb)[4], float &dh, int &qs) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(fa[i])), fabsf(__uint_as_float(fb[i]))));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float dd = __fdiv_rn(amax, 127.0f);
+    if (dd >= 0x1p-100f && dd <= 0x1p100f) {
+        float r = rcp_approx(dd);
+        r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
+        auto quant = [&](uint32_t w) {
+            const float x = __uint_as_float(w), q0 = __fmul_rn(x, r);
+            return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, x), q0)));
+        };
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            qa[i] = quant(fa[i]);
+            qb[i] = quant(fb[i]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            qa[i] = qb[i] = 0;
+            if (amax != 0.0f) {
+                qa[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fa[i]), dd)));
+                qb[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fb[i]), dd)));
+            }
+        }
+    }
+    qs = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qs += qa[i] + qb[i];
+    dh = __half2float(__float2half_rn(dd));
+}
+
 // One thread per value, a warp per 32-value block. n = nvec * cols (a multiple of 32).
 static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__restrict__ x, size_t n,
                                                         int8_t *__restrict__ q, float *__restrict__ d,

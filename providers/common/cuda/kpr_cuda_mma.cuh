@@ -67,13 +67,6 @@ __device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const u
     mma_8bit_16x8x32<true>(a, b, d);
 }
 
-// The hardware's reciprocal approximation (what __fdiv_rn starts from).
-__device__ __forceinline__ float rcp_approx(float d) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-    return r;
-}
-
 // What the tile kernel needs of a block type M:
 //   Block          its TQ* struct (BS bytes per block of QK weights)
 //   CB             blocks per row chunk (the chunk a multiple of 16 bytes, CB * QK a multiple of 256)
@@ -436,41 +429,9 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
                 uint32_t fa[4], fb[4];
                 lds_words_v4<4>(base + o1, fa);
                 lds_words_v4<4>(base + (64u - o1), fb);
-                float amax = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(fa[i])), fabsf(__uint_as_float(fb[i]))));
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-                const float dd = __fdiv_rn(amax, 127.0f);
-                int qa[4], qb[4], qs = 0;
-                if (dd >= 0x1p-100f && dd <= 0x1p100f) {
-                    // x / dd as __fdiv_rn computes it where its range check passes (a refined reciprocal, a
-                    // product, one correction), the reciprocal once per block. With dd in this range and
-                    // |x| <= 127 dd the check can fail only for quotients under 2^-26, which round to 0 either way.
-                    float r = rcp_approx(dd);
-                    r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
-                    auto quant = [&](uint32_t w) {
-                        const float x = __uint_as_float(w), q0 = __fmul_rn(x, r);
-                        return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, x), q0)));
-                    };
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        qa[i] = quant(fa[i]);
-                        qb[i] = quant(fb[i]);
-                    }
-                } else { // zero, tiny or huge blocks, inf: the division itself
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        qa[i] = qb[i] = 0;
-                        if (amax != 0.0f) {
-                            qa[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fa[i]), dd)));
-                            qb[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fb[i]), dd)));
-                        }
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < 4; ++i) qs += qa[i] + qb[i];
+                int qa[4], qb[4], qs;
+                float dh;
+                q8_1_quantize_quad(fa, fb, qa, qb, dh, qs); // kpr_cuda_act.cuh
                 auto pack = [](const int (&q)[4]) {
                     return (static_cast<uint32_t>(q[0]) & 0xFFu) | ((static_cast<uint32_t>(q[1]) & 0xFFu) << 8) |
                            ((static_cast<uint32_t>(q[2]) & 0xFFu) << 16) | (static_cast<uint32_t>(q[3]) << 24);
@@ -484,7 +445,6 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
                     bq[p][0] = lo;
                     bq[p][1] = hi;
                 }
-                const float dh = __half2float(__float2half_rn(dd));
                 dxa[p] = __shfl_sync(0xffffffffu, dh, 8u * t);
                 dxb[p] = __shfl_sync(0xffffffffu, dh, 8u * t + 4u);
                 if constexpr (M::SUMS) {
@@ -695,13 +655,19 @@ cudaError_t allow_mma_smem(K k, size_t dyn, std::atomic<bool> (&set)[64]) {
 
 // Launches the quantizer (into the tile layout, in x's scratch) and the tile kernel for NC columns.
 // cudaErrorNotSupported, with nothing launched: not this shape or device (the caller takes the row kernel).
+// Whether the tile kernel (W warps, S stages, dyn bytes of ring) fits this plain GEMV: whole chunks per
+// row, dense rows, the ring and the kernel's static shared memory within the opt-in maximum.
+template <class M, int W, int S>
+bool mma_fits(const GemvArgs &a, size_t dyn) {
+    return a.x.vbase == 0 && a.nb % M::CB == 0 && a.row_bytes == uint64_t(a.nb) * M::Block::BS &&
+           a.x.cols == a.nb * M::Block::QK && dyn + sizeof(float) * W * 16 * 8 + 8 * W * S <= a.smem_optin;
+}
+
 template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
-    if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes || a.x.vbase != 0 ||
-        a.nb % M::CB != 0 ||
-        a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
-        dyn + sizeof(float) * W * 16 * 8 + 8 * W * S > a.smem_optin)
+    if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes ||
+        !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
     auto k = gemv_mma_kernel<M, NC, W, S>;
     static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set
@@ -732,9 +698,7 @@ constexpr bool fx_refills_early() {
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>()>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
-    if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || a.x.vbase != 0 ||
-        a.nb % M::CB != 0 || a.row_bytes != uint64_t(a.nb) * M::Block::BS || a.x.cols != a.nb * M::Block::QK ||
-        dyn + sizeof(float) * W * 16 * 8 + 8 * W * S > a.smem_optin)
+    if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
     auto k = gemv_mma_kernel<M, 1, W, S, true, EARLY>;
     static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set

@@ -267,16 +267,22 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, nullptr));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 3, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 3, "auto"));
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 4096, 14336, 2, "auto")); // 4-bit types: the row kernel at 2 columns
-    EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 4096, 14336, 3, "auto")); // Q5_K from 4 columns
-    EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 4096, 14336, 4, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 2, "auto")); // 4-bit types and Q5_K from 2 columns
+    EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 14336, 4096, 2, "auto"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 2, "auto")); // Q8_0 over several waves with short rows
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 4096, 14336, 3, "auto"));
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 3, "auto")); // Q8_0 over several waves with short rows
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // one column, one wave: quantizing in the kernel
-    EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves: the row kernel
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto")); // 4-bit types: the row kernel at one column
-    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 14336, 4096, 1, "auto"));  // but IQ4_XS on rows up to 8192 columns
-    EXPECT_FALSE(tile(KPR_TYPE_IQ4_XS, 4096, 14336, 1, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 8192, 28672, 1, "auto")); // several waves, long rows
+    EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves, short rows: the row kernel
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto")); // 4-bit types: the row kernel on long rows
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));  // Q4_0 on rows up to 4096 columns
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 4096, 1, "auto")); // IQ4_NL too, in one wave
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 4096, 1, "auto")); // Q4_K, Q5_K only on small matrices
+    EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 2048, 2048, 1, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 14336, 4096, 1, "auto")); // IQ4_XS everywhere
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 4096, 14336, 1, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "on"));
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "off"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 2, "on"));

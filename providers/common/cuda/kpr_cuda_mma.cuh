@@ -318,7 +318,9 @@ struct MmaGeom {
     static constexpr uint32_t RUN = ActTiles::run_bytes(NC, M::SUMS);
     static constexpr uint32_t OFF_X = ROWS * RS;
     static constexpr uint32_t XBYTES = FX ? UNITS * 32 * 4 : XR * RUN; // a stage's activations
-    static constexpr uint32_t STAGE = OFF_X + XBYTES;
+    // a tensor copy's destination is 128-byte aligned, so every stage is (the padding never changed a stage
+    // count, mma_stages)
+    static constexpr uint32_t STAGE = (OFF_X + XBYTES + 127) / 128 * 128;
     static_assert(CHUNK % 16 == 0 && RS % 16 == 0 && (RS / 4) % 8 == 4 && UNITS % 8 == 0, "stage geometry");
     static_assert(!FX || NC == 1, "activations quantized in the kernel: one column");
 };
@@ -358,8 +360,8 @@ constexpr int mma_stages() {
 // the same float operations in the same order, so the same results bit for bit. Measured on the H200
 // (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3 -> 16.95 us, Q4_0 14.5
 // -> 13.3, IQ4_NL 15.8 -> 15.2.
-template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false>
-__global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) {
+template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false>
+__global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX>;
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
@@ -384,9 +386,17 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a) 
     __syncwarp();
     // requests the weights of chunk c into stage st (rows past the end repeat the last row): lane 0 arms
     // the stage's barrier for them and for the activations (issue_x), then one bulk copy per row
+    static_assert(!TMA || G::RS == G::CHUNK, "a tensor copy fills a dense box");
     auto issue_w = [&](uint32_t c, uint32_t st) {
         const uint64_t off = static_cast<uint64_t>(c) * G::CHUNK;
         const uint32_t b = smem_addr(&bar[warp][st]);
+        if constexpr (TMA) { // the 16 rows' chunks in one tensor copy
+            if (lane == 0) {
+                mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XBYTES);
+                tensor_copy_2d_g2s(ring + st * G::STAGE, &wmap, static_cast<int>(c * (G::CHUNK / 4)), static_cast<int>(row0), b);
+            }
+            return;
+        }
         if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XBYTES);
         __syncwarp();
         if (lane < G::ROWS) {
@@ -637,31 +647,38 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // on with 2-4 chunks per warp (14336 x 4096: 23.6 -> 22.9 at 5, 21.8 -> 22.7 at 4; 28672 x 8192: 76.1
 // -> 69.3 at 5, 69.8 -> 68.2 at 4), from 3 on with long rows (8192 x 28672, 14 chunks per warp: 70.8 ->
 // 67.4 at 3, 67.1 -> 66.9 at 2).
-// Q4_0, Q4_K, IQ4_NL: from 3 columns (4096 x 14336 at 3 / 8 columns: Q4_0 16.6 -> 16.6 / 27.4 -> 15.9,
-// Q4_K 20.9 -> 18.5 / 29.3 -> 17.9, IQ4_NL 19.3 -> 17.2 / 29.5 -> 17.5; 14336 x 4096 at 3 columns over
-// several waves: 16.7 -> 15.4, 21.6 -> 17.8, 19.1 -> 16.7); at 2 columns the row kernel is as fast or
-// faster (4096 x 14336: Q4_0 14.9 vs 15.7, Q4_K 16.7 vs 17.5, IQ4_NL 15.4 vs 17.7).
-// IQ4_XS as those (4096 x 14336 at 3 / 8: 23.1 -> 17.6 / 33.2 -> 20.5; faster or equal from 3 columns on
-// six shapes).
-// Q5_K: from 4 columns (4096 x 14336 at 4 / 8: 23.4 -> 19.4 / 31.5 -> 20.0); at 3 faster on three of six
-// shapes and slower on three (28672 x 8192: 58.8 -> 65.9, 2048 x 2048 3.7 -> 4.1).
-// One column (the activations quantized in the kernel, one kernel per call): Q8_0 where all tiles are
-// resident at once (run 8: 4096 x 14336: 18.2 -> 17.5, 4096 x 4096: 7.0 -> 6.3, 2048 x 2048: 3.4 -> 2.5;
-// with early refills, run 14: 4096 x 14336 18.0 -> 16.9); over
-// several waves the row kernel (14336 x 4096: 18.5 -> 20.7, 5120 x 13824: 25.2 -> 28.8, 8192 x 28672,
-// 28672 x 8192: 5-12% slower). IQ4_XS on rows up to 8192 columns (4096 x 4096: 7.3 -> 5.7, 2048 x 2048:
-// 3.9 -> 2.5, 14336 x 4096: 22.3 -> 18.5, 28672 x 8192: 61.9 -> 57.8; longer rows mixed: 5120 x 13824
-// 28.5 -> 24.3, 4096 x 14336 16.3 -> 17.1, 8192 x 28672 53.8 -> 57.8). The other 4-bit types keep their
-// row kernels (Q4_0 4096 x 14336: 11.2 -> 14.6).
+// Q4_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K: from 2 columns. Since the tensor copies (run 4 of
+// h200-session11-runs.txt) faster at 2 and 3 columns on all three shapes measured, 1.04-1.66x (2 columns,
+// 4096 x 14336: Q4_0 14.8 -> 12.9, Q4_K 16.6 -> 13.95, IQ4_NL 15.4 -> 14.4, IQ4_XS 17.2 -> 15.5, Q5_K
+// 17.5 -> 15.8; 14336 x 4096 and 8192 x 28672 1.06-1.22x), where before them the 4-bit types took it
+// from 3 columns (the row kernel as fast at 2: Q4_0 14.9 vs 15.7) and Q5_K from 4 (at 3 slower on three
+// of six shapes).
+// One column (the activations quantized in the kernel, one kernel per call; with tensor copies and
+// deferred folds, run 3 of h200-session11-runs.txt, 4509 GB/s, row kernels -> tile kernel in us): Q8_0 in
+// one wave or on long rows (4096 x 14336 18.05 -> 16.1, 4096 x 4096 6.9 -> 5.7, 2048 x 2048 3.4 -> 2.4,
+// 5120 x 13824 25.1 -> 23.7, 8192 x 28672 64.2 -> 62.95; short rows over several waves keep the row kernel:
+// 14336 x 4096 18.4 -> 20.1, 28672 x 8192 60.5 -> 62.3). Q4_0 on rows up to 4096 columns (14336 x 4096
+// 13.1 -> 12.7, 4096 x 4096 5.5 -> 4.95, 2048 x 2048 3.1 -> 2.2; 4096 x 14336 11.15 -> 13.0, 28672 x 8192
+// 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
+// one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
+// 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out).
+// IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_K and Q5_K only on small matrices (2048 x
+// 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape).
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
     if (a.mma_mode == kMmaOn) return true;
-    if (ncols == 1)
-        return (M::Block::TYPE == KPR_TYPE_Q8_0 && (a.rows + 15) / 16 <= 2 * a.sms) ||
-               (M::Block::TYPE == KPR_TYPE_IQ4_XS && a.x.cols <= 8192);
-    if constexpr (M::Block::TYPE == KPR_TYPE_Q5_K) return ncols >= 4;
-    if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return ncols >= 3;
+    if (ncols == 1) {
+        const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
+        switch (M::Block::TYPE) {
+        case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
+        case KPR_TYPE_Q4_0: return a.x.cols <= 4096;
+        case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
+        case KPR_TYPE_IQ4_XS: return true;
+        default: return one_wave && a.x.cols <= 2048; // Q4_K, Q5_K
+        }
+    }
+    if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return true; // 2..8 columns
     if ((a.rows + 15) / 16 <= 2 * a.sms) return true;
     const uint32_t chunks_per_warp = a.nb / M::CB / kMmaWarps;
     return ncols >= 5 || (ncols >= 3 && chunks_per_warp >= 8);
@@ -705,22 +722,36 @@ bool mma_fits(const GemvArgs &a, size_t dyn) {
            a.x.cols == a.nb * M::Block::QK && dyn + sizeof(float) * W * 16 * 8 + 8 * W * S <= a.smem_optin;
 }
 
+// Launches the tile kernel <M, NC, W, S, FX, EARLY, DEFER> (ka: its arguments, dyn: bytes of ring) over
+// the tiles of a: the weights by one tensor copy per chunk of 16 rows where a tensor map of them can be
+// made (tma_map_2d), else by one bulk copy per row. Measured on the H200 (run 2 of h200-session11-runs.txt,
+// one column, alternating twice): a warp issues its 16 bulk copies in a loop of about 9 instructions per
+// copy (the copy takes uniform registers), so one tensor copy per chunk shortens every chunk's work: Q8_0
+// 4096 x 14336 16.95 -> 16.55 us, Q4_0 13.3 -> 12.75, IQ4_NL 15.2 -> 13.7, Q4_K 16.25 -> 14.6, Q5_K 17.9
+// -> 15.05, IQ4_XS 17.3 -> 14.8 (14336 x 4096: Q8_0 21.45 -> 20.3, Q4_0 14.4 -> 12.7). With the map's L2
+// promotion at 256 bytes: 0.1-0.4 us slower than none.
+template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false>
+cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, bool pdl, cudaStream_t stream) {
+    TmaMap wmap{};
+    const bool tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, MmaGeom<M, NC, FX>::CHUNK, 16);
+    auto k = tma ? gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true> : gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false>;
+    static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
+    const cudaError_t e = allow_mma_smem(k, dyn, set[tma ? 1 : 0]);
+    if (e != cudaSuccess) return e;
+    return launch_pdl(k, dim3((a.rows + 15) / 16), dim3(32 * W), dyn, pdl, stream, ka, wmap);
+}
+
 template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
     if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes ||
         !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
-    auto k = gemv_mma_kernel<M, NC, W, S>;
-    static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set
-    cudaError_t e = allow_mma_smem(k, dyn, set);
+    const cudaError_t e =
+        launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0,
+                   pdl, stream, a.xf, static_cast<uint32_t>(NC), a.x.cols, reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
     if (e != cudaSuccess) return e;
-    e = launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
-                   stream, a.xf, static_cast<uint32_t>(NC), a.x.cols,
-                   reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
-    if (e != cudaSuccess) return e;
-    const uint32_t tiles = (a.rows + 15) / 16;
-    return launch_pdl(k, dim3(tiles), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(a));
+    return launch_tile_kernel<M, NC, W, S, false>(a, a, dyn, pdl, stream);
 }
 
 // One column, the activations quantized in the tile kernel (FX): one kernel per call (the prepared scratch,
@@ -743,13 +774,9 @@ cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
     if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
-    auto k = gemv_mma_kernel<M, 1, W, S, true, EARLY, DEFER>;
-    static std::atomic<bool> set[64]; // per device: the dynamic shared memory allowance is set
-    cudaError_t e = allow_mma_smem(k, dyn, set);
-    if (e != cudaSuccess) return e;
     GemvKArgs ka = a;
     ka.x.f = a.xf;
-    return launch_pdl(k, dim3((a.rows + 15) / 16), dim3(32 * W), dyn, pdl, stream, static_cast<const GemvKArgs &>(ka));
+    return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER>(a, ka, dyn, pdl, stream);
 }
 
 // NC columns, with the ring depth for the number of waves: where every tile is resident at once (two

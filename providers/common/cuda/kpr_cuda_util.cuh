@@ -310,6 +310,17 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
                  : "memory");
 #endif
 }
+// A 2-D tensor copy (the copy engine's tiled mode) of the box at element (x, y) of the tensor that map
+// describes, into shared memory at dst (128-byte aligned); rows past the tensor's end arrive as zeros and
+// count toward the barrier's bytes like the others. map: the address of a kernel parameter (TmaMap).
+__device__ __forceinline__ void tensor_copy_2d_g2s(uint32_t dst, const void *map, int x, int y, uint32_t bar) {
+#if KPR_BULK_COPY
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(dst),
+                 "l"(map), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+#endif
+}
 // waits until the phase of the given parity has completed
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #if KPR_BULK_COPY
@@ -354,6 +365,44 @@ inline cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+// A tensor map (the driver's CUtensorMap: 128 opaque bytes, 64-byte aligned), built on the host by
+// tma_map_2d and passed to a kernel as a __grid_constant__ parameter. Declared here rather than taken
+// from cuda.h, which the CUDA 12 wheels that build the Pascal code do not ship.
+struct alignas(64) TmaMap {
+    uint64_t opaque[16];
+};
+static_assert(sizeof(TmaMap) == 128, "CUtensorMap is 128 bytes");
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+#define KPR_GRID_CONSTANT __grid_constant__
+#else
+#define KPR_GRID_CONSTANT
+#endif
+
+// The 2-D map of a row-major matrix of rows x row_bytes (16-byte aligned base, row_bytes a multiple of 16)
+// in 4-byte elements, boxes of box_bytes x box_rows. cuTensorMapEncodeTiled through the runtime's driver
+// entry point (so the provider needs no libcuda at link time). false: no driver support, or the shape is
+// not one a map can describe (the caller takes another path).
+inline bool tma_map_2d(TmaMap &m, const void *base, uint64_t row_bytes, uint32_t rows, uint32_t box_bytes,
+                       uint32_t box_rows, int l2_promotion = 0) {
+    using Encode = int (*)(void *, int, uint32_t, void *, const uint64_t *, const uint64_t *, const uint32_t *,
+                           const uint32_t *, int, int, int, int);
+    static const Encode encode = [] {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return static_cast<Encode>(nullptr);
+        return reinterpret_cast<Encode>(fn);
+    }();
+    if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || row_bytes % 16 != 0 || box_bytes % 16 != 0 ||
+        box_bytes / 4 > 256 || box_rows > 256 || rows == 0)
+        return false;
+    const uint64_t dims[2] = {row_bytes / 4, rows}, strides[1] = {row_bytes};
+    const uint32_t box[2] = {box_bytes / 4, box_rows}, estr[2] = {1, 1};
+    // UINT32 elements (2), no interleave, no swizzle, the L2 promotion given, no float fill
+    return encode(&m, 2, 2, const_cast<void *>(base), dims, strides, box, estr, 0, 0, l2_promotion, 0) == 0;
 }
 
 } // namespace kpr::cuda

@@ -728,7 +728,7 @@ bool mma_fits(const GemvArgs &a, size_t dyn) {
 // one column, alternating twice): a warp issues its 16 bulk copies in a loop of about 9 instructions per
 // copy (the copy takes uniform registers), so one tensor copy per chunk shortens every chunk's work: Q8_0
 // 4096 x 14336 16.95 -> 16.55 us, Q4_0 13.3 -> 12.75, IQ4_NL 15.2 -> 13.7, Q4_K 16.25 -> 14.6, Q5_K 17.9
-// -> 15.05, IQ4_XS 17.3 -> 14.8 (14336 x 4096: Q8_0 21.45 -> 20.3, Q4_0 14.4 -> 12.7). With the map's L2
+// -> 15.05, IQ4_XS 17.25 -> 14.8 (14336 x 4096: Q8_0 21.45 -> 20.3, Q4_0 14.4 -> 12.7). With the map's L2
 // promotion at 256 bytes: 0.1-0.4 us slower than none.
 template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false>
 cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, bool pdl, cudaStream_t stream) {

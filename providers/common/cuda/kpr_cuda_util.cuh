@@ -391,9 +391,12 @@ inline bool tma_map_2d(TmaMap &m, const void *base, uint64_t row_bytes, uint32_t
     static const Encode encode = [] {
         void *fn = nullptr;
         cudaDriverEntryPointQueryResult q{};
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            return static_cast<Encode>(nullptr);
+#if CUDART_VERSION >= 12050
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+#else // CUDA 12.0-12.4 (the Pascal builds may use one): the unversioned query
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) return static_cast<Encode>(nullptr);
         return reinterpret_cast<Encode>(fn);
     }();
     if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || row_bytes % 16 != 0 || box_bytes % 16 != 0 ||

@@ -146,6 +146,7 @@ struct S {
 };
 const S kShapes[] = {
     {"4096x4096", KPR_OP_GEMV, 4096, 4096, 1, 1, 1, 1},
+    {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1}, // one column, a last block of 29 rows
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 8, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 2, 1, 1, 1},
     {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},

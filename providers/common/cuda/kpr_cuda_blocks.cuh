@@ -580,12 +580,12 @@ struct TIQ4_XS {
 };
 
 // ---- IQ3 types: table lookups go through a Tab policy ------------------------------------------
-// Tab provides grid_xxs(i), grid_s(i) and sgn_xxs(g, sign7, half), sgn_s(g, signbyte, half): the grid
-// word with the signs of its four weights applied (every policy yields the same integers). TabGlobal
-// (generic_cuda) reads the grids through the read-only cache and computes the sign masks (prmt and a
-// per-byte select); iq_stage_tables stages grids and masks in shared memory. The integers are the
-// same, so the same arithmetic follows. (Grids replicated 16-32 times in shared memory, one copy per
-// bank group, measured slower than __ldg on the H200 in the 4-row kernel.)
+// Tab provides grid_xxs_byte(w, k) (the IQ3_XXS grid word whose index is byte k of w), grid_s(i) and
+// sgn_xxs(g, sign7, half), sgn_s(g, signbyte, half): the grid word with the signs of its four weights
+// applied (every policy yields the same integers). TabGlobal (generic_cuda) reads the grids through the
+// read-only cache and computes the sign masks (a multiply and a prmt); TabLaneGrid (generic_cuda's
+// one-column IQ3_XXS kernel) keeps the IQ3_XXS grid once per lane in shared memory; iq_stage_tables
+// stages grids and masks in shared memory. The integers are the same, so the same arithmetic follows.
 
 struct TIQ3_XXS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 98, CB = 16, PARTS = 4;
@@ -610,10 +610,8 @@ struct TIQ3_XXS {
                 for (int l = 0; l < 4; ++l) {
                     const uint32_t sg = (a >> (7 * l)) & 127u;
                     const uint32_t iw = idx[2 * u + l / 2];
-                    const uint32_t i0 = (iw >> (16 * (l % 2))) & 0xFFu;
-                    const uint32_t i1 = (iw >> (16 * (l % 2) + 8)) & 0xFFu;
-                    v[r][8 * u + 2 * l] = tab.sgn_xxs(tab.grid_xxs(i0), sg, 0);
-                    v[r][8 * u + 2 * l + 1] = tab.sgn_xxs(tab.grid_xxs(i1), sg, 1);
+                    v[r][8 * u + 2 * l] = tab.sgn_xxs(tab.grid_xxs_byte(iw, 2 * (l % 2)), sg, 0);
+                    v[r][8 * u + 2 * l + 1] = tab.sgn_xxs(tab.grid_xxs_byte(iw, 2 * (l % 2) + 1), sg, 1);
                 }
             }
         }
@@ -732,12 +730,20 @@ using TBF16 = TFloat<KPR_TYPE_BF16>;
 static __device__ const uint32_t g_iq3xxs_grid[256] = KPR_IQ3XXS_GRID_INIT;
 static __device__ const uint32_t g_iq3s_grid[512] = KPR_IQ3S_GRID_INIT;
 
-// Sign application shared by the policies that compute the masks: a prmt turns 4 sign bits into a
-// byte mask, then a per-byte select between g and -g. Gives the same integers as
+// Sign application shared by the policies that compute the masks: byte masks (0x00 / 0xFF per weight)
+// from the sign bits, then a per-byte select between g and -g. Gives the same integers as
 // apply_sign_mask(g, mask table entry) (the staged tables of iq_stage_tables).
+// IQ3_XXS: a 7-bit sign field s7 (ksigns_iq2xs: the 8th sign is the parity of the 7). s7 * 0x10204080
+// puts bit j (j < 4) on bit 8j + 7: the four copies of s7 are 7 bits apart and 7 bits wide, so none
+// overlaps, nothing carries and s7 needs no mask; s7 * 0x20408 puts bits 4..6 on 7, 15, 23 the same
+// way, and the parity goes to bit 31. The prmt replicates each byte's top bit. (12 instructions per 8
+// weights against 15 for the nibble extraction of the eighth-bit byte; docs/benchmarks.md, twelfth session.)
+__device__ __forceinline__ uint32_t xxs_sign_mask(uint32_t s7, uint32_t half) {
+    const uint32_t t = half == 0 ? s7 * 0x10204080u : s7 * 0x00020408u + (__popc(s7) << 31);
+    return prmt(t, 0u, 0xBA98u);
+}
 __device__ __forceinline__ uint32_t sgn_xxs_computed(uint32_t g, uint32_t s7, uint32_t half) {
-    const uint32_t s8 = s7 | ((__popc(s7) & 1u) << 7); // ksigns_iq2xs[s7]
-    return select_neg(g, nibble_to_bytemask_prmt((s8 >> (4 * half)) & 0xFu));
+    return select_neg(g, xxs_sign_mask(s7, half));
 }
 __device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint32_t half) {
     return select_neg(g, nibble_to_bytemask_prmt((b >> (4 * half)) & 0xFu));
@@ -745,7 +751,9 @@ __device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint3
 
 struct TabGlobal {
     __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{}; }
-    __device__ __forceinline__ uint32_t grid_xxs(uint32_t i) const { return __ldg(&g_iq3xxs_grid[i]); }
+    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
+        return __ldg(&g_iq3xxs_grid[(w >> (8 * k)) & 0xFFu]);
+    }
     __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return __ldg(&g_iq3s_grid[i]); }
     __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
         return sgn_xxs_computed(g, s7, half);
@@ -753,6 +761,42 @@ struct TabGlobal {
     __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {
         return sgn_s_computed(g, b, half);
     }
+};
+
+// A word of a table that is constant after the prologue's barrier: no volatile, no memory clobber, so
+// that the reads schedule freely among the decoder's other loads.
+__device__ __forceinline__ uint32_t lds_table_u32(uint32_t a) {
+    uint32_t v;
+    asm("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
+// The IQ3_XXS grid once per lane in shared memory ([256][32] words, 32 KiB of static shared memory per
+// block): lane l reads word i * 32 + l, always bank l, so a warp's 32 lookups are one wavefront whatever
+// the indices; the index is a byte of the packed indices picked by one prmt, the address one multiply-add
+// (three instructions per lookup against five for the 64-bit address of __ldg). Sign masks as TabGlobal.
+// For kernels of one block per multiprocessor (the table is filled once per block): generic_cuda's
+// one-column IQ3_XXS kernel, 16 warps (WholeVectorTab in kpr_cuda_gemv.cuh).
+struct TabLaneGrid {
+    uint32_t base; // shared address of this lane's copy of word 0
+    __device__ __forceinline__ static TabLaneGrid prologue() {
+        __shared__ alignas(16) uint32_t s_lane_grid[256 * 32];
+        for (uint32_t i = threadIdx.x; i < 256 * 8; i += blockDim.x) {
+            const uint32_t v = __ldg(&g_iq3xxs_grid[i / 8]);
+            reinterpret_cast<uint4 *>(s_lane_grid)[i] = make_uint4(v, v, v, v); // lanes 4 (i % 8) .. + 3
+        }
+        __syncthreads();
+        return TabLaneGrid{smem_addr(s_lane_grid) + 4u * (threadIdx.x % 32)};
+    }
+    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
+        const uint32_t i = prmt(w, 0u, 0x4440u | static_cast<uint32_t>(k)); // byte k, zero-extended
+        return lds_table_u32(base + (i << 7));
+    }
+    __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
+        return sgn_xxs_computed(g, s7, half);
+    }
+    __device__ __forceinline__ uint32_t grid_s(uint32_t) const { return 0; }
+    __device__ __forceinline__ uint32_t sgn_s(uint32_t, uint32_t, uint32_t) const { return 0; }
 };
 
 } // namespace kpr::cuda
@@ -777,7 +821,7 @@ struct TabSharedXXS {
         __syncthreads();
         return TabSharedXXS{s_grid, s_mask};
     }
-    __device__ __forceinline__ uint32_t grid_xxs(uint32_t i) const { return grid[i]; }
+    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const { return grid[(w >> (8 * k)) & 0xFFu]; }
     __device__ __forceinline__ uint32_t mask_xxs(uint32_t s7, uint32_t half) const { return mask[half * 128 + s7]; }
     __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
         return apply_sign_mask(g, mask_xxs(s7, half));
@@ -804,7 +848,7 @@ struct TabSharedS {
     __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {
         return apply_sign_mask(g, mask_s(b, half));
     }
-    __device__ __forceinline__ uint32_t grid_xxs(uint32_t) const { return 0; }
+    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t, int) const { return 0; }
     __device__ __forceinline__ uint32_t sgn_xxs(uint32_t, uint32_t, uint32_t) const { return 0; }
 };
 

@@ -156,20 +156,34 @@ inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 // twice in one lease (docs/benchmarks.md "The whole activation vector in each block"), us per call:
 //   4 warps:  Q4_0 13.9 -> 12.3, IQ4_NL 14.9 -> 12.9, Q2_K 13.4 -> 11.3 (16 warps: no faster)
 //   16 warps: Q4_1 13.9 -> 12.2, Q5_0 15.2 -> 14.1, Q5_1 15.7 -> 14.4, Q3_K 16.9 (staged) -> 15.9,
-//             Q6_K 17.6 -> 16.6, IQ4_XS 17.7 -> 17.3
-// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, IQ3_XXS, IQ3_S, Q5_K (slower or no
-// faster either way). Three stages of the ring instead of two were slower for every type.
+//             Q6_K 17.6 -> 16.6, IQ4_XS 17.7 -> 17.3,
+//             IQ3_XXS 17.0 -> 15.2 (the grid once per lane, WholeVectorTab, in both; twelfth session,
+//             "IQ3_XXS at one column": with its cheaper decode 17.75 -> 14.5 against the row kernel)
+// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, IQ3_S (19.3 -> 19.65 with its grid as
+// per-lane prmt selectors), Q5_K (slower or no faster either way). Three stages of the ring instead of
+// two were slower for every type.
 constexpr bool copies_whole_vector(uint32_t type) {
     return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_Q4_1 || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q2_K ||
            type == KPR_TYPE_Q3_K || type == KPR_TYPE_Q6_K || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 ||
-           type == KPR_TYPE_IQ4_XS;
+           type == KPR_TYPE_IQ4_XS || type == KPR_TYPE_IQ3_XXS;
 }
 constexpr int whole_vector_warps(uint32_t type) {
     return type == KPR_TYPE_Q4_1 || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 || type == KPR_TYPE_Q3_K ||
-                   type == KPR_TYPE_Q6_K || type == KPR_TYPE_IQ4_XS
+                   type == KPR_TYPE_Q6_K || type == KPR_TYPE_IQ4_XS || type == KPR_TYPE_IQ3_XXS
                ? 16
                : 4;
 }
+// The table policy of the whole-vector kernel: in one block per SM, generic_cuda's IQ3_XXS grid lives
+// once per lane in shared memory (TabLaneGrid) instead of in L1 (TabGlobal); another provider's policy
+// (iq_stage_tables) is kept, so both run the same kernel shape and produce the same bits.
+template <class T, class Tab>
+struct WholeVectorTab {
+    using type = Tab;
+};
+template <>
+struct WholeVectorTab<TIQ3_XXS, TabGlobal> {
+    using type = TabLaneGrid;
+};
 template <class T>
 inline constexpr bool kWholeVector = copies_whole_vector(T::TYPE);
 // The one-column whole-vector path in half chunks, four stages (ChunkGeomHalf): Q4_0 11.6 -> 11.1 us
@@ -753,7 +767,7 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
             if (two) {
                 cudaError_t e = cudaErrorNotSupported;
                 if constexpr (whole_vector_warps(T::TYPE) == 16)
-                    e = launch_gemv_dyn<T, Tab, kXWholeVector, 16, 2>(a, pdl, s);
+                    e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);
                 if constexpr (halves_chunks(T::TYPE))
                     if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector, kGemvWarps, 0, 2>(a, pdl, s);
                 if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);

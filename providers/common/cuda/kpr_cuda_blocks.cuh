@@ -799,6 +799,28 @@ struct TabLaneGrid {
     __device__ __forceinline__ uint32_t sgn_s(uint32_t, uint32_t, uint32_t) const { return 0; }
 };
 
+// The IQ3_S grid once per lane ([512][32] words, 64 KiB: more than static shared memory allows, so in
+// dynamic shared memory, kDynBytes, which the kernel passes to the prologue), as TabLaneGrid.
+struct TabLaneGridS {
+    static constexpr uint32_t kDynBytes = 512 * 32 * 4;
+    uint32_t base; // shared address of this lane's copy of word 0
+    __device__ __forceinline__ static TabLaneGridS prologue(uint8_t *dyn) {
+        uint4 *t = reinterpret_cast<uint4 *>(dyn);
+        for (uint32_t i = threadIdx.x; i < 512 * 8; i += blockDim.x) {
+            const uint32_t v = __ldg(&g_iq3s_grid[i / 8]);
+            t[i] = make_uint4(v, v, v, v); // lanes 4 (i % 8) .. + 3
+        }
+        __syncthreads();
+        return TabLaneGridS{smem_addr(dyn) + 4u * (threadIdx.x % 32)};
+    }
+    __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return lds_table_u32(base + (i << 7)); }
+    __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {
+        return sgn_s_computed(g, b, half);
+    }
+    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t, int) const { return 0; }
+    __device__ __forceinline__ uint32_t sgn_xxs(uint32_t, uint32_t, uint32_t) const { return 0; }
+};
+
 } // namespace kpr::cuda
 
 namespace kpr::cuda {

@@ -157,22 +157,30 @@ inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 //   4 warps:  Q4_0 13.9 -> 12.3, IQ4_NL 14.9 -> 12.9, Q2_K 13.4 -> 11.3 (16 warps: no faster)
 //   16 warps: Q4_1 13.9 -> 12.2, Q5_0 15.2 -> 14.1, Q5_1 15.7 -> 14.4, Q3_K 16.9 (staged) -> 15.9,
 //             Q6_K 17.6 -> 16.6, IQ4_XS 17.7 -> 17.3,
-//             IQ3_XXS 17.0 -> 15.2 (the grid once per lane, WholeVectorTab, in both; twelfth session,
-//             "IQ3_XXS at one column": with its cheaper decode 17.75 -> 14.5 against the row kernel)
-// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, IQ3_S (19.3 -> 19.65 with its grid as
-// per-lane prmt selectors), Q5_K (slower or no faster either way). Three stages of the ring instead of
+//             IQ3_XXS 17.0 -> 15.2 (the grid once per lane, WholeVectorTab, in both; with its cheaper
+//             decode 17.7 -> 14.5 against the row kernel), IQ3_S 19.2 -> 17.2 (its grid once per lane in
+//             dynamic shared memory), both in one wave only (whole_vector_one_wave; twelfth session,
+//             docs/benchmarks.md "The IQ3 grids once per lane")
+// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, Q5_K (slower or no faster either way). Three stages of the ring instead of
 // two were slower for every type.
 constexpr bool copies_whole_vector(uint32_t type) {
     return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_Q4_1 || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q2_K ||
            type == KPR_TYPE_Q3_K || type == KPR_TYPE_Q6_K || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 ||
-           type == KPR_TYPE_IQ4_XS || type == KPR_TYPE_IQ3_XXS;
+           type == KPR_TYPE_IQ4_XS || type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S;
 }
 constexpr int whole_vector_warps(uint32_t type) {
     return type == KPR_TYPE_Q4_1 || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 || type == KPR_TYPE_Q3_K ||
-                   type == KPR_TYPE_Q6_K || type == KPR_TYPE_IQ4_XS || type == KPR_TYPE_IQ3_XXS
+                   type == KPR_TYPE_Q6_K || type == KPR_TYPE_IQ4_XS || type == KPR_TYPE_IQ3_XXS ||
+                   type == KPR_TYPE_IQ3_S
                ? 16
                : 4;
 }
+// The types whose 16-warp whole-vector kernel is taken only when its blocks are resident at once (rows up
+// to 32 per SM: 4224 on 132 SMs): every block fills its per-lane grid (32 / 64 KiB) and copies the vector
+// before its first row, which a second wave pays again. H200, one column, c2ad050's path -> this kernel:
+// 4096 x 14336 IQ3_XXS 17.7 -> 14.5 us, IQ3_S 19.2 -> 17.2; 14336 x 4096 (3.4 waves) IQ3_XXS 17.6 -> 18.5,
+// IQ3_S 20.5 -> 23.6 (runs 3-5 of docs/measurements/h200-session12-runs.txt).
+constexpr bool whole_vector_one_wave(uint32_t type) { return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S; }
 // The table policy of the whole-vector kernel: in one block per SM, generic_cuda's IQ3_XXS grid lives
 // once per lane in shared memory (TabLaneGrid) instead of in L1 (TabGlobal); another provider's policy
 // (iq_stage_tables) is kept, so both run the same kernel shape and produce the same bits.
@@ -183,6 +191,10 @@ struct WholeVectorTab {
 template <>
 struct WholeVectorTab<TIQ3_XXS, TabGlobal> {
     using type = TabLaneGrid;
+};
+template <>
+struct WholeVectorTab<TIQ3_S, TabGlobal> {
+    using type = TabLaneGridS;
 };
 template <class T>
 inline constexpr bool kWholeVector = copies_whole_vector(T::TYPE);
@@ -222,6 +234,18 @@ using RowGeom = std::conditional_t<XM == kXStagedChunks, ChunkGeomXS<T, R>,
 template <class T, int R, int XM, int W, int SD, int CD>
 inline constexpr uint32_t kDynRingBytes = SD > 0 ? W * SD * R * RowGeom<T, R, XM, CD>::SMEM_ROW : 0;
 
+// A table policy may keep its tables in dynamic shared memory (Tab::kDynBytes, after the ring and before
+// the whole vector; launch_gemv_dyn only): then its prologue takes their address.
+template <class Tab, class = void>
+inline constexpr uint32_t kTabDynBytes = 0;
+template <class Tab>
+inline constexpr uint32_t kTabDynBytes<Tab, std::void_t<decltype(Tab::kDynBytes)>> = Tab::kDynBytes;
+template <class Tab>
+__device__ __forceinline__ Tab tab_prologue(uint8_t *dyn) {
+    if constexpr (kTabDynBytes<Tab> > 0) return Tab::prologue(dyn);
+    else return Tab::prologue();
+}
+
 // W warps per block; SD > 0: the cp.async ring has SD stages in dynamic shared memory (before the
 // whole vector, with XB) instead of the static ring; CD == 2: half chunks (ChunkGeomHalf).
 template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0, int CD = 1>
@@ -255,8 +279,9 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
         if constexpr (kDynRing) return gemv_dyn + ((w * S + st) * R + r) * G::SMEM_ROW;
         else return &smem[w][st][r][0];
     };
-    uint8_t *const xwhole = gemv_dyn + kDynRingBytes<T, R, XM, W, SD, CD>; // XB: XWhole::bytes(cols)
-    const Tab tab = Tab::prologue(); // may stage tables in shared memory (with a block barrier)
+    uint8_t *const tabdyn = gemv_dyn + kDynRingBytes<T, R, XM, W, SD, CD>; // the table policy's (kTabDynBytes)
+    uint8_t *const xwhole = tabdyn + kTabDynBytes<Tab>;                     // XB: XWhole::bytes(cols)
+    const Tab tab = tab_prologue<Tab>(tabdyn); // may stage tables in shared memory (with a block barrier)
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const uint32_t row0 = (blockIdx.x * W + warp) * R;
@@ -508,7 +533,8 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
 template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0, int CD = 1>
 cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD, CD>;
-    const uint32_t dyn = kDynRingBytes<T, 2, XM, W, SD, CD> + (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
+    const uint32_t dyn = kDynRingBytes<T, 2, XM, W, SD, CD> + kTabDynBytes<Tab> +
+                         (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
     constexpr uint32_t kBlocksPerSm = GemvOcc<1, 2>::blocks_per_sm(W);
     // per device: the kernel's static shared memory, and whether its dynamic maximum is set (to all the
     // opt-in room the static part leaves, the same value from every thread, so that concurrent first
@@ -767,7 +793,8 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
             if (two) {
                 cudaError_t e = cudaErrorNotSupported;
                 if constexpr (whole_vector_warps(T::TYPE) == 16)
-                    e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);
+                    if (!whole_vector_one_wave(T::TYPE) || a.rows <= 32u * a.sms)
+                        e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);
                 if constexpr (halves_chunks(T::TYPE))
                     if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector, kGemvWarps, 0, 2>(a, pdl, s);
                 if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);

@@ -161,8 +161,8 @@ inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 //             decode 17.7 -> 14.5 against the row kernel), IQ3_S 19.2 -> 17.2 (its grid once per lane in
 //             dynamic shared memory), both on 8..32 rows per SM only (whole_vector_row_window; twelfth session,
 //             docs/benchmarks.md "The IQ3 grids once per lane")
-// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, Q5_K (slower or no faster either way). Three stages of the ring instead of
-// two were slower for every type.
+// Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, Q5_K (slower or no faster either
+// way). Three stages of the ring instead of two were slower for every type.
 constexpr bool copies_whole_vector(uint32_t type) {
     return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_Q4_1 || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q2_K ||
            type == KPR_TYPE_Q3_K || type == KPR_TYPE_Q6_K || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 ||
@@ -175,17 +175,17 @@ constexpr int whole_vector_warps(uint32_t type) {
                ? 16
                : 4;
 }
-// The types whose whole-vector kernel (16 warps) is taken only on 8..32 rows per SM (1056..4224 on 132
-// SMs), elsewhere the paths they took before it: every block fills its per-lane grid (32 / 64 KiB) and
-// copies the vector before its first row, which a second wave pays again, and 32-row blocks leave most
-// SMs idle on fewer rows. H200, one column, us per call, c2ad050's path -> this kernel (runs 4 and 5 of
+// The types whose whole-vector kernel (16 warps, no 4-warp fallback) is taken only on 8..32 rows per SM
+// (1056..4224 on 132 SMs); elsewhere, and where it does not fit, the paths they took before it. Every
+// block fills its per-lane grid (32 / 64 KiB) and copies the vector before its first row, which a second
+// wave pays again, and 32-row blocks leave most SMs idle on fewer rows. H200, one column, us per call, c2ad050's path -> this kernel (runs 4 and 5 of
 // docs/measurements/h200-session12-runs.txt): IQ3_XXS 4096 x 14336 17.7 -> 14.5, 2048 x 8192 10.3 -> 7.6,
 // 4096 x 4096 7.1 -> 6.0, 1024 x 4096 4.6 -> 4.6, 14336 x 4096 (3.4 waves) 17.6 -> 18.5; IQ3_S 19.2 ->
 // 17.2, 11.5 -> 9.5, 8.3 -> 8.0, 4.8 -> 5.1, 20.5 -> 23.6.
 constexpr bool whole_vector_row_window(uint32_t type) { return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S; }
-// The table policy of the whole-vector kernel: in one block per SM, generic_cuda's IQ3_XXS grid lives
-// once per lane in shared memory (TabLaneGrid) instead of in L1 (TabGlobal); another provider's policy
-// (iq_stage_tables) is kept, so both run the same kernel shape and produce the same bits.
+// The table policy of the 16-warp whole-vector kernel: in one block per SM, generic_cuda's IQ3 grids live
+// once per lane in shared memory (TabLaneGrid, TabLaneGridS) instead of in L1 (TabGlobal); another
+// provider's policy (iq_stage_tables) is kept, so both run the same kernel shape and produce the same bits.
 template <class T, class Tab>
 struct WholeVectorTab {
     using type = Tab;
@@ -798,7 +798,8 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
                     e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);
                 if constexpr (halves_chunks(T::TYPE))
                     if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector, kGemvWarps, 0, 2>(a, pdl, s);
-                if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);
+                if (e == cudaErrorNotSupported && !whole_vector_row_window(T::TYPE))
+                    e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);
                 if (e != cudaErrorNotSupported) return e;
             }
         if constexpr (kStageActivations<T>)

@@ -583,9 +583,10 @@ struct TIQ4_XS {
 // Tab provides grid_xxs_byte(w, k) (the IQ3_XXS grid word whose index is byte k of w), grid_s(i) and
 // sgn_xxs(g, sign7, half), sgn_s(g, signbyte, half): the grid word with the signs of its four weights
 // applied (every policy yields the same integers). TabGlobal (generic_cuda) reads the grids through the
-// read-only cache and computes the sign masks (a multiply and a prmt); TabLaneGrid (generic_cuda's
-// one-column IQ3_XXS kernel) keeps the IQ3_XXS grid once per lane in shared memory; iq_stage_tables
-// stages grids and masks in shared memory. The integers are the same, so the same arithmetic follows.
+// read-only cache and computes the sign masks (a multiply and a prmt); TabLaneGrid / TabLaneGridS
+// (generic_cuda's one-column 16-warp IQ3 kernels) keep the grid once per lane in shared memory;
+// iq_stage_tables stages grids and masks in shared memory. The integers are the same, so the same
+// arithmetic follows.
 
 struct TIQ3_XXS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 98, CB = 16, PARTS = 4;
@@ -771,6 +772,17 @@ __device__ __forceinline__ uint32_t lds_table_u32(uint32_t a) {
     return v;
 }
 
+// Fills dst ([n][32] words in shared memory) with grid[i] 32 times per entry, 16 bytes a store (lanes
+// 4 (k % 8) .. + 3 of entry k / 8), waits for the block, and returns this lane's copy of entry 0.
+__device__ __forceinline__ uint32_t fill_lane_grid(uint4 *dst, const uint32_t *grid, uint32_t n) {
+    for (uint32_t k = threadIdx.x; k < n * 8; k += blockDim.x) {
+        const uint32_t v = __ldg(&grid[k / 8]);
+        dst[k] = make_uint4(v, v, v, v);
+    }
+    __syncthreads();
+    return smem_addr(dst) + 4u * (threadIdx.x % 32);
+}
+
 // The IQ3_XXS grid once per lane in shared memory ([256][32] words, 32 KiB of static shared memory per
 // block): lane l reads word i * 32 + l, always bank l, so a warp's 32 lookups are one wavefront whatever
 // the indices; the index is a byte of the packed indices picked by one prmt, the address one multiply-add
@@ -780,13 +792,8 @@ __device__ __forceinline__ uint32_t lds_table_u32(uint32_t a) {
 struct TabLaneGrid {
     uint32_t base; // shared address of this lane's copy of word 0
     __device__ __forceinline__ static TabLaneGrid prologue() {
-        __shared__ alignas(16) uint32_t s_lane_grid[256 * 32];
-        for (uint32_t i = threadIdx.x; i < 256 * 8; i += blockDim.x) {
-            const uint32_t v = __ldg(&g_iq3xxs_grid[i / 8]);
-            reinterpret_cast<uint4 *>(s_lane_grid)[i] = make_uint4(v, v, v, v); // lanes 4 (i % 8) .. + 3
-        }
-        __syncthreads();
-        return TabLaneGrid{smem_addr(s_lane_grid) + 4u * (threadIdx.x % 32)};
+        __shared__ uint4 s_lane_grid[256 * 8];
+        return TabLaneGrid{fill_lane_grid(s_lane_grid, g_iq3xxs_grid, 256)};
     }
     __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
         const uint32_t i = prmt(w, 0u, 0x4440u | static_cast<uint32_t>(k)); // byte k, zero-extended
@@ -805,13 +812,7 @@ struct TabLaneGridS {
     static constexpr uint32_t kDynBytes = 512 * 32 * 4;
     uint32_t base; // shared address of this lane's copy of word 0
     __device__ __forceinline__ static TabLaneGridS prologue(uint8_t *dyn) {
-        uint4 *t = reinterpret_cast<uint4 *>(dyn);
-        for (uint32_t i = threadIdx.x; i < 512 * 8; i += blockDim.x) {
-            const uint32_t v = __ldg(&g_iq3s_grid[i / 8]);
-            t[i] = make_uint4(v, v, v, v); // lanes 4 (i % 8) .. + 3
-        }
-        __syncthreads();
-        return TabLaneGridS{smem_addr(dyn) + 4u * (threadIdx.x % 32)};
+        return TabLaneGridS{fill_lane_grid(reinterpret_cast<uint4 *>(dyn), g_iq3s_grid, 512)};
     }
     __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return lds_table_u32(base + (i << 7)); }
     __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {
@@ -843,7 +844,9 @@ struct TabSharedXXS {
         __syncthreads();
         return TabSharedXXS{s_grid, s_mask};
     }
-    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const { return grid[(w >> (8 * k)) & 0xFFu]; }
+    __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
+        return grid[(w >> (8 * k)) & 0xFFu];
+    }
     __device__ __forceinline__ uint32_t mask_xxs(uint32_t s7, uint32_t half) const { return mask[half * 128 + s7]; }
     __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
         return apply_sign_mask(g, mask_xxs(s7, half));

@@ -158,9 +158,9 @@ inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 //   16 warps: Q4_1 13.9 -> 12.2, Q5_0 15.2 -> 14.1, Q5_1 15.7 -> 14.4, Q3_K 16.9 (staged) -> 15.9,
 //             Q6_K 17.6 -> 16.6, IQ4_XS 17.7 -> 17.3,
 //             IQ3_XXS 17.0 -> 15.2 (the grid once per lane, WholeVectorTab, in both; with its cheaper
-//             decode 17.7 -> 14.5 against the row kernel), IQ3_S 19.2 -> 17.2 (its grid once per lane in
-//             dynamic shared memory), both on 8..32 rows per SM only (whole_vector_row_window; twelfth session,
-//             docs/benchmarks.md "The IQ3 grids once per lane")
+//             decode 17.7 -> 14.5 against the row kernel), IQ3_S 19.2 -> 17.2 (its grid once per lane
+//             in dynamic shared memory), both on 8..32 rows per SM only (whole_vector_row_window;
+//             twelfth session, docs/benchmarks.md "The IQ3 grids once per lane")
 // Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, Q5_K (slower or no faster either
 // way). Three stages of the ring instead of two were slower for every type.
 constexpr bool copies_whole_vector(uint32_t type) {
@@ -178,11 +178,19 @@ constexpr int whole_vector_warps(uint32_t type) {
 // The types whose whole-vector kernel (16 warps, no 4-warp fallback) is taken only on 8..32 rows per SM
 // (1056..4224 on 132 SMs); elsewhere, and where it does not fit, the paths they took before it. Every
 // block fills its per-lane grid (32 / 64 KiB) and copies the vector before its first row, which a second
-// wave pays again, and 32-row blocks leave most SMs idle on fewer rows. H200, one column, us per call, c2ad050's path -> this kernel (runs 4 and 5 of
-// docs/measurements/h200-session12-runs.txt): IQ3_XXS 4096 x 14336 17.7 -> 14.5, 2048 x 8192 10.3 -> 7.6,
-// 4096 x 4096 7.1 -> 6.0, 1024 x 4096 4.6 -> 4.6, 14336 x 4096 (3.4 waves) 17.6 -> 18.5; IQ3_S 19.2 ->
-// 17.2, 11.5 -> 9.5, 8.3 -> 8.0, 4.8 -> 5.1, 20.5 -> 23.6.
-constexpr bool whole_vector_row_window(uint32_t type) { return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S; }
+// wave pays again, and 32-row blocks leave most SMs idle on fewer rows. H200, one column, us per call,
+// c2ad050's path -> this kernel (runs 4 and 5 of docs/measurements/h200-session12-runs.txt): IQ3_XXS
+// 4096 x 14336 17.7 -> 14.5, 2048 x 8192 10.3 -> 7.6, 4096 x 4096 7.1 -> 6.0, 1024 x 4096 4.6 -> 4.6,
+// 14336 x 4096 (3.4 waves) 17.6 -> 18.5; IQ3_S 19.2 -> 17.2, 11.5 -> 9.5, 8.3 -> 8.0, 4.8 -> 5.1,
+// 20.5 -> 23.6.
+constexpr bool whole_vector_row_window(uint32_t type) {
+    return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S;
+}
+// Whether a one-column call takes the whole-vector path: every kWholeVector type, the row-window types on
+// 8..32 rows per SM (32: the 16-warp kernel's rows per block, one block per SM).
+constexpr bool whole_vector_rows_ok(uint32_t type, uint32_t rows, uint32_t sms) {
+    return !whole_vector_row_window(type) || (rows >= 8u * sms && rows <= 32u * sms);
+}
 // The table policy of the 16-warp whole-vector kernel: in one block per SM, generic_cuda's IQ3 grids live
 // once per lane in shared memory (TabLaneGrid, TabLaneGridS) instead of in L1 (TabGlobal); another
 // provider's policy (iq_stage_tables) is kept, so both run the same kernel shape and produce the same bits.
@@ -792,7 +800,7 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
     switch (ncols) {
     case 1:
         if constexpr (kWholeVector<T>)
-            if (two && (!whole_vector_row_window(T::TYPE) || (a.rows >= 8u * a.sms && a.rows <= 32u * a.sms))) {
+            if (two && whole_vector_rows_ok(T::TYPE, a.rows, a.sms)) {
                 cudaError_t e = cudaErrorNotSupported;
                 if constexpr (whole_vector_warps(T::TYPE) == 16)
                     e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);

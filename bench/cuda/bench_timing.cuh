@@ -12,6 +12,16 @@
 #include <cstdlib>
 #include <vector>
 
+// The probes' check of a CUDA call: the file, line and error, then exit(1).
+#define PROBE_CK(...)                                                                                          \
+    do {                                                                                                       \
+        cudaError_t e_ = (__VA_ARGS__);                                                                        \
+        if (e_ != cudaSuccess) {                                                                               \
+            std::printf("%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                          \
+            std::exit(1);                                                                                      \
+        }                                                                                                      \
+    } while (0)
+
 namespace kpr::bench {
 
 inline double median(std::vector<double> v) {
@@ -31,6 +41,61 @@ __global__ void stream_read_kernel(const uint4 *__restrict__ p, size_t n, uint32
     }
     if (PDL) kpr::cuda::pdl_wait();
     if (acc == 0x12345678u) out[0] = acc;
+}
+
+// Pseudo-random words whose two 16-bit halves are finite f16 values below 1 (weight scales that are never
+// inf or NaN) and that read as small floats.
+static __global__ void fill_finite_halves(uint32_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        p[i] = x & 0x3bff3bffu;
+    }
+}
+
+// The device's read bandwidth in GB/s: stream_read_kernel over the first `bytes` of buf (a multiple of 16),
+// one warm-up pass and 7 timed ones, the median. `out`: 4 bytes of device memory the kernel may write.
+inline double measure_read_bandwidth(cudaStream_t s, const uint8_t *buf, size_t bytes, int sms, uint32_t *out) {
+    std::vector<double> g;
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int r = 0; r < 8; ++r) {
+        cudaEventRecord(a, s);
+        stream_read_kernel<false><<<sms * 8, 256, 0, s>>>(reinterpret_cast<const uint4 *>(buf), bytes / 16, out);
+        cudaEventRecord(b, s);
+        if (cudaEventSynchronize(b) != cudaSuccess) break;
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        if (r) g.push_back(bytes / (ms * 1e-3) / 1e9);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return g.empty() ? 0.0 : median(g);
+}
+
+// Device 0's multiprocessors and shared-memory limits, for the probes that need compute capability 9.0;
+// false (with the reason printed) where there is no such GPU.
+struct ProbeDevice {
+    int sms = 0, smem_optin = 0, smem_per_sm = 0;
+};
+inline bool probe_device_cc9(ProbeDevice &d, const char *why) {
+    int n = 0, cc = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        std::printf("no CUDA GPU\n");
+        return false;
+    }
+    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
+    if (cc < 9) {
+        std::printf("needs compute capability 9.0 (%s)\n", why);
+        return false;
+    }
+    cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+    return true;
 }
 
 inline void replay_check(cudaError_t e, const char *what) {

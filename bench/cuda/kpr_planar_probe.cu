@@ -29,15 +29,6 @@
 
 using namespace kpr::cuda;
 
-#define PROBE_CK(...)                                                                                          \
-    do {                                                                                                       \
-        cudaError_t e_ = (__VA_ARGS__);                                                                        \
-        if (e_ != cudaSuccess) {                                                                               \
-            std::printf("%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                          \
-            std::exit(1);                                                                                      \
-        }                                                                                                      \
-    } while (0)
-
 namespace {
 
 template <bool NL, int BPT, int R, int NB, int MODE, bool ONE = false, bool NATIVE = false>
@@ -158,28 +149,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const X
         for (int r = 0; r < R; ++r) {
             const uint32_t q[4] = {q4[r].x, q4[r].y, q4[r].z, q4[r].w};
             const float d = f16_to_float(static_cast<uint16_t>(dd[r]));
-            int s;
-            if constexpr (MODE == 1) {
-                s = static_cast<int>((q[0] ^ q[1] ^ q[2] ^ q[3]) & 0xFFu);
-            } else if constexpr (NL) {
-                s = 0;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const uint32_t qx = q[i] ^ 0x88888888u;
-                    s = __dp4a(static_cast<int>(prmt(kIq4Hi0, kIq4Hi1, qx)), xw[2 * i], s);
-                    s = __dp4a(static_cast<int>(prmt(kIq4Hi0, kIq4Hi1, qx >> 16)), xw[2 * i + 1], s);
-                    s = __dp4a(static_cast<int>(prmt(kIq4NegLo0, kIq4NegLo1, q[i])), xn[2 * i], s);
-                    s = __dp4a(static_cast<int>(prmt(kIq4NegLo0, kIq4NegLo1, q[i] >> 16)), xn[2 * i + 1], s);
-                }
-            } else {
-                int lo = c0, hi = 0;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    lo = __dp4a(static_cast<int>(q[i] & 0x0F0F0F0Fu), xw[i], lo);
-                    hi = dp4a_us(q[i] & 0xF0F0F0F0u, xw[4 + i], hi);
-                }
-                s = lo + (hi >> 4);
-            }
+            const int s = dot_q4_block<NL, MODE>(q, xw, xn, c0);
             acc[r] = __fmul_rn(static_cast<float>(s), __fmul_rn(d, dx));
         }
         const float v = reduce_scatter_rows<R>(acc, lane);
@@ -193,14 +163,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const X
         load(qb, db);
     }
     __syncthreads();
-    for (uint32_t idx = tid; idx < tpb * a.cap; idx += blockDim.x) {
-        const uint32_t t2 = idx / a.cap, i = idx % a.cap, row = blockIdx.x * tpb + t2 + i * teams;
-        if (row >= a.rows) continue;
-        const float *p = part0 + size_t(idx) * wpt;
-        float sum = 0.0f;
-        for (uint32_t j = 0; j < wpt; ++j) sum += p[j];
-        a.y[row] = sum;
-    }
+    store_row_sums(part0, a, tpb, wpt, teams);
 }
 
 XQ8 g_xq{};
@@ -224,34 +187,15 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
     return launch_pdl(k, dim3(sms * bps), dim3(tpb * T), smem, true, s, a, g_xq);
 }
 
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-        x ^= x >> 15;
-        x *= 2246822519u;
-        x ^= x >> 13;
-        p[i] = x & 0x3bff3bffu; // finite f16 halves (the scales) and small floats
-    }
-}
 
 cudaStream_t g_s;
 
 } // namespace
 
 int main() {
-    int dev = 0, cc = 0, sms = 0, optin = 0, per_sm = 0;
-    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
-        std::printf("no CUDA GPU\n");
-        return 2;
-    }
-    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
-    if (cc < 9) {
-        std::printf("needs compute capability 9.0\n");
-        return 2;
-    }
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+    kpr::bench::ProbeDevice pd;
+    if (!kpr::bench::probe_device_cc9(pd, "PDL, cp.async.bulk prefetches")) return 2;
+    const int sms = pd.sms, optin = pd.smem_optin, per_sm = pd.smem_per_sm;
     PROBE_CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
     const size_t big = size_t(1) << 31;
     uint8_t *buf, *pbuf;
@@ -259,24 +203,8 @@ int main() {
     PROBE_CK(cudaMalloc(&buf, big));
     PROBE_CK(cudaMalloc(&pbuf, big));
     PROBE_CK(cudaMalloc(&out, 4));
-    fill<<<4096, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(buf), big / 4, 7);
-    double bw;
-    {
-        std::vector<double> g;
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        for (int r = 0; r < 8; ++r) {
-            cudaEventRecord(a, g_s);
-            kpr::bench::stream_read_kernel<false><<<sms * 8, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(buf), big / 16, out);
-            cudaEventRecord(b, g_s);
-            PROBE_CK(cudaEventSynchronize(b));
-            float ms;
-            cudaEventElapsedTime(&ms, a, b);
-            if (r) g.push_back(big / (ms * 1e-3) / 1e9);
-        }
-        bw = kpr::bench::median(g);
-    }
+    kpr::bench::fill_finite_halves<<<4096, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(buf), big / 4, 7);
+    const double bw = kpr::bench::measure_read_bandwidth(g_s, buf, big, sms, out);
     std::printf("read bandwidth (2 GiB): %.0f GB/s\n", bw);
 
     struct Shape { uint32_t rows, cols; };
@@ -291,7 +219,7 @@ int main() {
         PROBE_CK(cudaMalloc(&y1, rows * 4));
         const size_t scr_bytes = std::max(act_q8_bytes(1, cols), act_tiles_bytes(1, cols, true));
         PROBE_CK(cudaMalloc(&scr, scr_bytes));
-        fill<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
+        kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
         for (size_t c = 0; c < copies; ++c)
             planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
         PROBE_CK(cudaStreamSynchronize(g_s));

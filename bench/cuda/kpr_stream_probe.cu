@@ -26,15 +26,6 @@
 
 using namespace kpr::cuda;
 
-#define PROBE_CK(...)                                                                                          \
-    do {                                                                                                       \
-        cudaError_t e_ = (__VA_ARGS__);                                                                        \
-        if (e_ != cudaSuccess) {                                                                               \
-            std::printf("%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));                          \
-            std::exit(1);                                                                                      \
-        }                                                                                                      \
-    } while (0)
-
 namespace {
 
 // ---- Hopper bulk copies (local to the probe) ----
@@ -145,15 +136,6 @@ struct TNoDecode {
     }
 };
 
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-        x ^= x >> 15;
-        x *= 2246822519u;
-        x ^= x >> 13;
-        p[i] = x & 0x3bff3bffu; // finite f16 halves (the Q8_0 scales) and small floats
-    }
-}
 
 cudaStream_t g_s;
 
@@ -165,43 +147,17 @@ double time_graph(F body) {
 } // namespace
 
 int main() {
-    int dev = 0, cc = 0, sms = 0, optin = 0, per_sm = 0;
-    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
-        std::printf("no CUDA GPU\n");
-        return 2;
-    }
-    cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, 0);
-    if (cc < 9) {
-        std::printf("needs compute capability 9.0 (bulk copies, PDL)\n");
-        return 2;
-    }
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0);
+    kpr::bench::ProbeDevice pd;
+    if (!kpr::bench::probe_device_cc9(pd, "bulk copies, PDL")) return 2;
+    const int sms = pd.sms, optin = pd.smem_optin, per_sm = pd.smem_per_sm;
     PROBE_CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
     const size_t big = size_t(4) << 30;
     uint8_t *buf;
     uint32_t *out;
     PROBE_CK(cudaMalloc(&buf, big));
     PROBE_CK(cudaMalloc(&out, 4));
-    fill<<<4096, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(buf), big / 4, 7);
-    double bw;
-    {
-        std::vector<double> g;
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        for (int r = 0; r < 8; ++r) {
-            cudaEventRecord(a, g_s);
-            kpr::bench::stream_read_kernel<false><<<sms * 8, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(buf), big / 16, out);
-            cudaEventRecord(b, g_s);
-            PROBE_CK(cudaEventSynchronize(b));
-            float ms;
-            cudaEventElapsedTime(&ms, a, b);
-            if (r) g.push_back(big / (ms * 1e-3) / 1e9);
-        }
-        bw = kpr::bench::median(g);
-    }
+    kpr::bench::fill_finite_halves<<<4096, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(buf), big / 4, 7);
+    const double bw = kpr::bench::measure_read_bandwidth(g_s, buf, big, sms, out);
     std::printf("read bandwidth (flat, 4 GiB): %.0f GB/s\n", bw);
     auto frac = [&](size_t bytes, double us) { return bytes / (us * 1e-6) / 1e9 / bw; };
 
@@ -229,7 +185,7 @@ int main() {
     PROBE_CK(cudaMalloc(&yy, 8 * rows * 4));
     PROBE_CK(cudaMalloc(&xf, cols * 4));
     PROBE_CK(cudaMalloc(&scr, act_q8_bytes(1, cols)));
-    fill<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
+    kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
     const ActQ8 v = act_q8_view(scr, 1, cols);
     auto quantizer = [&] {
         launch_quantize_act_q8_1(xf, cols, v, true, g_s);

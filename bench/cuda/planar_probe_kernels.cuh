@@ -98,6 +98,38 @@ __device__ __forceinline__ void quantize32(const float *xb, int (&xw)[8], float 
     dh = __half2float(__float2half_rn(dd));
 }
 
+// One row's 32-weight block (q: its 16 nibble bytes) against this thread's quantized activations: the
+// integer dot product. Q4_0: the low nibbles as bytes with the -8 offset in the accumulator (c0 = -8 sum(q)),
+// the high nibbles kept in place (16 n, unsigned dp4a) and shifted out of the sum. IQ4_NL: xw holds the
+// activations in the order of a weight halfword's nibbles, xn the same negated; indices 8..15 give +value
+// through the flipped selector, 0..7 give -value, the prmt zeroing the other half. MODE 1: a byte of the
+// words instead (the structure's own cost; wrong results).
+template <bool NL, int MODE>
+__device__ __forceinline__ int dot_q4_block(const uint32_t (&q)[4], const int (&xw)[8], const int (&xn)[8], int c0) {
+    if constexpr (MODE == 1) {
+        return static_cast<int>((q[0] ^ q[1] ^ q[2] ^ q[3]) & 0xFFu);
+    } else if constexpr (NL) {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t qx = q[i] ^ 0x88888888u;
+            s = __dp4a(static_cast<int>(prmt(kIq4Hi0, kIq4Hi1, qx)), xw[2 * i], s);
+            s = __dp4a(static_cast<int>(prmt(kIq4Hi0, kIq4Hi1, qx >> 16)), xw[2 * i + 1], s);
+            s = __dp4a(static_cast<int>(prmt(kIq4NegLo0, kIq4NegLo1, q[i])), xn[2 * i], s);
+            s = __dp4a(static_cast<int>(prmt(kIq4NegLo0, kIq4NegLo1, q[i] >> 16)), xn[2 * i + 1], s);
+        }
+        return s;
+    } else {
+        int lo = c0, hi = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            lo = __dp4a(static_cast<int>(q[i] & 0x0F0F0F0Fu), xw[i], lo);
+            hi = dp4a_us(q[i] & 0xF0F0F0F0u, xw[4 + i], hi);
+        }
+        return lo + (hi >> 4);
+    }
+}
+
 // Reduce-scatters R rows' partial sums across the warp: lane l ends with the warp's sum of row
 // (l >> (5 - log2 R)) & (R - 1), complete in the lanes with (l & (32 / R - 1)) == 0.
 template <int R>
@@ -118,6 +150,20 @@ __device__ __forceinline__ float reduce_scatter_rows(float (&acc)[R], uint32_t l
 #pragma unroll
     for (uint32_t o = 16u >> LR; o >= 1; o /= 2) acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
     return acc[0];
+}
+
+// After the block's barrier: y of every row of the block's teams, its warps' partial sums (part0: [tpb][cap][wpt])
+// added in a fixed order.
+__device__ __forceinline__ void store_row_sums(const float *part0, const PlanarArgs &a, uint32_t tpb, uint32_t wpt,
+                                               uint32_t teams) {
+    for (uint32_t idx = threadIdx.x; idx < tpb * a.cap; idx += blockDim.x) {
+        const uint32_t t2 = idx / a.cap, i = idx % a.cap, row = blockIdx.x * tpb + t2 + i * teams;
+        if (row >= a.rows) continue;
+        const float *p = part0 + size_t(idx) * wpt;
+        float s = 0.0f;
+        for (uint32_t j = 0; j < wpt; ++j) s += p[j];
+        a.y[row] = s;
+    }
 }
 
 // A row slot holds the image of the row (the same byte offsets as in global memory) and 16 bytes of
@@ -263,30 +309,7 @@ __global__ void __launch_bounds__(BPT == 1 ? 512 : 256, BPT == 1 ? 2 : 3) planar
                     lds_words_v4<4>(slot + 16 * (j * T + tt), q);
                     d = f16_to_float(static_cast<uint16_t>(lds_u16(slot + 16 * a.nb + 2 * (j * T + tt))));
                 }
-                int s;
-                if constexpr (MODE == 1) {
-                    s = static_cast<int>((q[0] ^ q[1] ^ q[2] ^ q[3]) & 0xFFu);
-                } else if constexpr (NL) {
-                    // indices 8..15 give +value through the flipped selector, 0..7 give -value, zeroing the others
-                    s = 0;
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const uint32_t qx = q[i] ^ 0x88888888u;
-                        s = __dp4a(static_cast<int>(prmt(kIq4Hi0, kIq4Hi1, qx)), xw[j][2 * i], s);
-                        s = __dp4a(static_cast<int>(prmt(kIq4Hi0, kIq4Hi1, qx >> 16)), xw[j][2 * i + 1], s);
-                        s = __dp4a(static_cast<int>(prmt(kIq4NegLo0, kIq4NegLo1, q[i])), xn[j][2 * i], s);
-                        s = __dp4a(static_cast<int>(prmt(kIq4NegLo0, kIq4NegLo1, q[i] >> 16)), xn[j][2 * i + 1], s);
-                    }
-                } else {
-                    // low nibbles as bytes; high nibbles kept in place (16 n) and shifted out of the sum
-                    int lo = c0[j], hi = 0;
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        lo = __dp4a(static_cast<int>(q[i] & 0x0F0F0F0Fu), xw[j][i], lo);
-                        hi = dp4a_us(q[i] & 0xF0F0F0F0u, xw[j][4 + i], hi);
-                    }
-                    s = lo + (hi >> 4);
-                }
+                const int s = dot_q4_block<NL, MODE>(q, xw[j], xn[j], c0[j]);
                 acc[r] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d, dx[j]), acc[r]);
             }
         }
@@ -299,15 +322,7 @@ __global__ void __launch_bounds__(BPT == 1 ? 512 : 256, BPT == 1 ? 2 : 3) planar
     }
     cp_async_wait<0>();
     __syncthreads();
-    float *part0 = reinterpret_cast<float *>(smem);
-    for (uint32_t idx = tid; idx < tpb * a.cap; idx += blockDim.x) {
-        const uint32_t t2 = idx / a.cap, i = idx % a.cap, row = blockIdx.x * tpb + t2 + i * teams;
-        if (row >= a.rows) continue;
-        const float *p = part0 + size_t(idx) * wpt;
-        float s = 0.0f;
-        for (uint32_t j = 0; j < wpt; ++j) s += p[j];
-        a.y[row] = s;
-    }
+    store_row_sums(reinterpret_cast<const float *>(smem), a, tpb, wpt, teams);
 #endif
 }
 

@@ -66,14 +66,14 @@ inline double measure_read_bandwidth(cudaStream_t s, const uint8_t *buf, size_t 
         cudaEventRecord(a, s);
         stream_read_kernel<false><<<sms * 8, 256, 0, s>>>(reinterpret_cast<const uint4 *>(buf), bytes / 16, out);
         cudaEventRecord(b, s);
-        if (cudaEventSynchronize(b) != cudaSuccess) break;
+        PROBE_CK(cudaEventSynchronize(b));
         float ms = 0;
         cudaEventElapsedTime(&ms, a, b);
         if (r) g.push_back(bytes / (ms * 1e-3) / 1e9);
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    return g.empty() ? 0.0 : median(g);
+    return median(g);
 }
 
 // Device 0's multiprocessors and shared-memory limits, for the probes that need compute capability 9.0;

@@ -81,22 +81,10 @@ static double measure_read_bw(cudaStream_t s) {
     fill_kernel<<<4096, 256, 0, s>>>(reinterpret_cast<uint32_t *>(buf), bytes / 4, 7);
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<double> gbs;
-    for (int rep = 0; rep < 8; ++rep) {
-        cudaEventRecord(a, s);
-        kpr::bench::stream_read_kernel<false><<<sms * 8, 256, 0, s>>>(buf, bytes / 16, out);
-        cudaEventRecord(b, s);
-        KPR_CU(cudaEventSynchronize(b));
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        if (rep > 0) gbs.push_back(bytes / (ms * 1e-3) / 1e9);
-    }
+    const double gbs = kpr::bench::measure_read_bandwidth(s, reinterpret_cast<const uint8_t *>(buf), bytes, sms, out);
     cudaFree(buf);
     cudaFree(out);
-    return median(gbs);
+    return gbs;
 }
 
 struct BenchCase {

@@ -31,12 +31,12 @@ using namespace kpr::cuda;
 
 namespace {
 
-template <bool NL, int BPT, int R, int NB, int MODE, bool ONE = false, bool NATIVE = false>
+template <bool NL, int BPT, int R, int NB, int MODE, bool NATIVE = false>
 cudaError_t launch_v(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, const float *x, float *y, uint32_t sms,
-                     uint32_t optin, uint32_t bps, cudaStream_t s) {
+                     uint32_t optin, cudaStream_t s) {
     const uint32_t T = (nb + 32 * BPT - 1) / (32 * BPT) * 32;
     if (T > 512) return cudaErrorNotSupported;
-    const uint32_t tpb = ONE ? 1 : 512 / T, teams = sms * bps * tpb;
+    const uint32_t tpb = 512 / T, teams = sms * tpb;
     const uint32_t cap = ((rows + teams - 1) / teams + R - 1) / R * R;
     const size_t smem = planar_smem_bytes<R, NB>(T, tpb, cap, rb);
     if (smem > optin) return cudaErrorNotSupported;
@@ -44,9 +44,8 @@ cudaError_t launch_v(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, 
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     PlanarArgs a{w, rb, rows, nb, T, cap, x, y};
-    return launch_pdl(k, dim3(sms * bps), dim3(tpb * T), smem, true, s, a);
+    return launch_pdl(k, dim3(sms), dim3(tpb * T), smem, true, s, a);
 }
-
 
 __device__ __forceinline__ uint4 ldg_stream(const void *p) {
     uint4 v;
@@ -61,13 +60,10 @@ __device__ __forceinline__ uint32_t ldg_u16(const void *p) {
     return v;
 }
 
-// The planar GEMV with the weights loaded into registers (two batches of R rows in flight), no ring.
-struct XQ8 {
-    const int8_t *q;
-    const float *d, *s;
-};
+// The planar GEMV with the weights loaded into registers (two batches of R rows in flight), no ring. XQ: the
+// activations read from the q8_1 planes xq (generic_cuda's quantizer ran before), else quantized here.
 template <bool NL, int R, int MODE, int PF = 0, bool XQ = false>
-__global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const XQ8 xq) {
+__global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const ActQ8 xq) {
     extern __shared__ float part0[];
     constexpr int LR = R == 8 ? 3 : R == 4 ? 2 : R == 2 ? 1 : 0;
     const uint32_t T = a.T, tid = threadIdx.x, lane = tid & 31u;
@@ -114,12 +110,11 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const X
     int c0 = 0;
     {
         int sum = 0;
-        if (XQ && has) { // q8_1 from the quantizer's planes: c0 from s = d * sum (sum recovered exactly)
+        if (XQ && has) { // q8_1 from the quantizer's planes; the quant sum from the quants themselves
             const int4 q0 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)));
             const int4 q1 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)) + 1);
             xw[0] = q0.x, xw[1] = q0.y, xw[2] = q0.z, xw[3] = q0.w, xw[4] = q1.x, xw[5] = q1.y, xw[6] = q1.z, xw[7] = q1.w;
             dx = __ldg(xq.d + tt);
-            sum = 0;
 #pragma unroll
             for (int i = 0; i < 8; ++i) sum = __dp4a(xw[i], 0x01010101, sum);
         } else if (has) {
@@ -166,27 +161,25 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const X
     store_row_sums(part0, a, tpb, wpt, teams);
 }
 
-XQ8 g_xq{};
-ActQ8 g_v{};
+ActQ8 g_v{}; // the q8_1 planes of the current shape's activations (the XQ variants)
 template <bool NL, int R, int MODE, int PF = 0, bool XQ = false>
 cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, const float *x, float *y, uint32_t sms,
-                       uint32_t optin, uint32_t bps, cudaStream_t s) {
+                       uint32_t, cudaStream_t s) {
     if (XQ) {
         const cudaError_t e = launch_quantize_act_q8_1(x, size_t(nb) * 32, g_v, true, s);
         if (e != cudaSuccess) return e;
     }
     const uint32_t T = (nb + 31) / 32 * 32;
     if (T > 512) return cudaErrorNotSupported;
-    const uint32_t tpb = 512 / T, teams = sms * bps * tpb;
+    const uint32_t tpb = 512 / T, teams = sms * tpb;
     const uint32_t cap = ((rows + teams - 1) / teams + 2 * R - 1) / (2 * R) * (2 * R);
     const size_t smem = size_t(tpb) * cap * (T / 32) * 4;
     auto k = planar_ldg<NL, R, MODE, PF, XQ>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     PlanarArgs a{w, rb, rows, nb, T, cap, x, y};
-    return launch_pdl(k, dim3(sms * bps), dim3(tpb * T), smem, true, s, a, g_xq);
+    return launch_pdl(k, dim3(sms), dim3(tpb * T), smem, true, s, a, g_v);
 }
-
 
 cudaStream_t g_s;
 
@@ -225,7 +218,6 @@ int main() {
         PROBE_CK(cudaStreamSynchronize(g_s));
         const ActQ8 v = act_q8_view(scr, 1, cols);
         g_v = v;
-        g_xq = XQ8{v.q, v.d, v.s};
         auto frac = [&](double us) { return ws / (us * 1e-6) / 1e9 / bw; };
         auto base = [&](auto tag, int i, float *y) {
             using T = decltype(tag);
@@ -271,24 +263,23 @@ int main() {
             struct V {
                 const char *name;
                 cudaError_t (*fn)(const uint8_t *, uint64_t, uint32_t, uint32_t, const float *, float *, uint32_t,
-                                  uint32_t, uint32_t, cudaStream_t);
-                uint32_t bps;
+                                  uint32_t, cudaStream_t);
                 bool native = false;
             };
             const V vq[] = {
-                {"ldg", launch_ldg<false, 4, 0>, 1},
-                {"ldg pf2", launch_ldg<false, 4, 0, 2>, 1},
-                {"q + ldg", launch_ldg<false, 4, 0, 0, true>, 1},
-                {"ldg no dot", launch_ldg<false, 4, 1>, 1},
-                {"ring R4x2", launch_v<false, 1, 4, 2, 0>, 1},
-                {"ring R4x3", launch_v<false, 1, 4, 3, 0>, 1},
-                {"native ring R4x2", launch_v<false, 1, 4, 2, 0, false, true>, 1, true},
+                {"ldg", launch_ldg<false, 4, 0>},
+                {"ldg pf2", launch_ldg<false, 4, 0, 2>},
+                {"q + ldg", launch_ldg<false, 4, 0, 0, true>},
+                {"ldg no dot", launch_ldg<false, 4, 1>},
+                {"ring R4x2", launch_v<false, 1, 4, 2, 0>},
+                {"ring R4x3", launch_v<false, 1, 4, 3, 0>},
+                {"native ring R4x2", launch_v<false, 1, 4, 2, 0, true>, true},
             };
             const V vn[] = {
-                {"ldg", launch_ldg<true, 4, 0>, 1},
-                {"q + ldg", launch_ldg<true, 4, 0, 0, true>, 1},
-                {"ring R4x2", launch_v<true, 1, 4, 2, 0>, 1},
-                {"native ring R4x2", launch_v<true, 1, 4, 2, 0, false, true>, 1, true},
+                {"ldg", launch_ldg<true, 4, 0>},
+                {"q + ldg", launch_ldg<true, 4, 0, 0, true>},
+                {"ring R4x2", launch_v<true, 1, 4, 2, 0>},
+                {"native ring R4x2", launch_v<true, 1, 4, 2, 0, true>, true},
             };
             const V *vs = nl ? vn : vq;
             const int nv = nl ? int(sizeof(vn) / sizeof(vn[0])) : int(sizeof(vq) / sizeof(vq[0]));
@@ -298,12 +289,12 @@ int main() {
                 std::printf("%-6s %5u x %5u: committed %.2f us (%.3f)", tn, rows, cols, tb, frac(tb));
                 for (int k = 0; k < nv; ++k) {
                     const V &vv = vs[k];
-                    if (vv.fn(vv.native ? buf : pbuf, rb, rows, nb, xf, y1, sms, optin, vv.bps, g_s) != cudaSuccess) {
+                    if (vv.fn(vv.native ? buf : pbuf, rb, rows, nb, xf, y1, sms, optin, g_s) != cudaSuccess) {
                         cudaGetLastError();
                         std::printf(" | %s n/a", vv.name);
                         continue;
                     }
-                    const double t = kpr::bench::replay_us(g_s, 200, [&](int i) { vv.fn((vv.native ? buf : pbuf) + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, vv.bps, g_s); });
+                    const double t = kpr::bench::replay_us(g_s, 200, [&](int i) { vv.fn((vv.native ? buf : pbuf) + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, g_s); });
                     std::printf(" | %s %.2f (%.3f)", vv.name, t, frac(t));
                 }
                 std::printf("\n");
@@ -312,7 +303,7 @@ int main() {
             for (int k = 0; k < nv; ++k) {
                 if (std::strstr(vs[k].name, "no dot")) continue;
                 cudaMemset(y1, 0xff, rows * 4);
-                const cudaError_t e = vs[k].fn(vs[k].native ? buf : pbuf, rb, rows, nb, xf, y1, sms, optin, vs[k].bps, g_s);
+                const cudaError_t e = vs[k].fn(vs[k].native ? buf : pbuf, rb, rows, nb, xf, y1, sms, optin, g_s);
                 if (e == cudaErrorNotSupported) continue;
                 char what[64];
                 std::snprintf(what, sizeof(what), "%s %s", tn, vs[k].name);

@@ -136,7 +136,6 @@ struct TNoDecode {
     }
 };
 
-
 cudaStream_t g_s;
 
 template <class F>

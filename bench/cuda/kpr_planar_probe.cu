@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -62,9 +64,64 @@ __device__ __forceinline__ uint32_t ldg_u16(const void *p) {
 
 // The planar GEMV with the weights loaded into registers (two batches of R rows in flight), no ring. XQ: the
 // activations read from the q8_1 planes xq (generic_cuda's quantizer ran before), else quantized here.
-template <bool NL, int R, int MODE, int PF = 0, bool XQ = false>
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+// Thread-block clusters (CL > 0): the cluster's blocks fetch the activation vector once between them, each
+// block a 1/CL piece that the copy engine writes into every block of the cluster (multicast), so the L2
+// serves the vector grid / CL times instead of once per block.
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void bulk_multicast_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
+                                                   uint16_t mask) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, "
+                 "[%3], %4;" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+                 : "memory");
+}
+constexpr int kMaxTeams = 16; // teams per block (512 threads, 32 per team at least)
+
+// Bytes of a block's dynamic shared memory: the partial sums, then (KS > 0) KS row images per team.
+__host__ __device__ inline size_t ldg_smem_bytes(uint32_t tpb, uint32_t cap, uint32_t T, uint64_t rb, int ks, uint32_t x_bytes = 0) {
+    return (size_t(tpb) * cap * (T / 32) * 4 + 127) / 128 * 128 + size_t(tpb) * ks * rb + x_bytes;
+}
+
+// The timeline (--timeline): thread 0 of every block records the global timer at the kernel's start,
+// after the dependency wait, after its activations are quantized, after its rows, after the block's
+// barrier and at the end; blocks numbered in the order they start (one block per SM, so call c's blocks
+// are c * grid .. c * grid + grid - 1).
+constexpr uint32_t kTlSlots = 132 * 32;
+__device__ unsigned long long g_tl[kTlSlots][7];
+__device__ unsigned int g_tl_seq;
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// KS > 0: the team's first KS rows are bulk-copied into shared memory before the dependency wait (one
+// copy per row, one mbarrier per batch of R rows), so that far more of the matrix is on its way while the
+// call waits for x and quantizes it than two batches of registers hold; the rest as without.
+template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0>
 __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const ActQ8 xq) {
-    extern __shared__ float part0[];
+    extern __shared__ __align__(128) float part0[];
+    unsigned long long tl[6];
+    if (TL && threadIdx.x == 0) tl[0] = gtimer();
     constexpr int LR = R == 8 ? 3 : R == 4 ? 2 : R == 2 ? 1 : 0;
     const uint32_t T = a.T, tid = threadIdx.x, lane = tid & 31u;
     const uint32_t tpb = blockDim.x / T, tm = tid / T, tt = tid % T, wpt = T / 32, wt = tt / 32;
@@ -74,9 +131,45 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
     float *part = part0 + size_t(tm) * a.cap * wpt;
     const bool has = tt < a.nb;
     const uint64_t rstride = uint64_t(teams) * a.rb;
-    const uint8_t *src = a.w + uint64_t(g) * a.rb + 16 * tt;
+    static_assert(KS % (2 * R) == 0, "whole batch pairs in shared memory");
+    constexpr int KB = KS / R > 0 ? KS / R : 1;
+    __shared__ alignas(8) uint64_t sbar[kMaxTeams][KB];
+    const uint32_t ks = KS < n_rows ? KS : n_rows;
+    uint32_t rows_smem = 0;
+    if constexpr (KS > 0) {
+        rows_smem = static_cast<uint32_t>(__cvta_generic_to_shared(part0)) +
+                    static_cast<uint32_t>((size_t(tpb) * a.cap * wpt * 4 + 127) / 128 * 128) +
+                    static_cast<uint32_t>(tm * KS * a.rb);
+        if (tt == 0) {
+            for (int b = 0; b < KB; ++b) mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(&sbar[tm][b])), 1);
+            mbar_init_fence();
+        }
+        __syncthreads();
+        if (tt == 0) {
+            for (uint32_t b = 0; b * R < ks; ++b) {
+                const uint32_t nr = ks - b * R < R ? ks - b * R : R;
+                const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&sbar[tm][b]));
+                mbar_arrive_expect(bar, static_cast<uint32_t>(nr * a.rb));
+                for (uint32_t r = 0; r < nr; ++r)
+                    bulk_copy_g2s(rows_smem + static_cast<uint32_t>((b * R + r) * a.rb),
+                                  a.w + uint64_t(g + (b * R + r) * teams) * a.rb, static_cast<uint32_t>(a.rb), bar);
+            }
+        }
+    }
+    __shared__ alignas(8) uint64_t xbar;
+    uint32_t xs = 0; // the activation vector in shared memory (CL > 0)
+    if constexpr (CL > 0) {
+        xs = static_cast<uint32_t>(__cvta_generic_to_shared(part0)) +
+             static_cast<uint32_t>(ldg_smem_bytes(tpb, a.cap, T, a.rb, KS));
+        if (tid == 0) {
+            mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(&xbar)), 1);
+            mbar_init_fence();
+        }
+        cluster_sync_all(); // every block's barrier initialised before any multicast lands on it
+    }
+    const uint8_t *src = a.w + uint64_t(g + KS * teams) * a.rb + 16 * tt;
     const int64_t sdelta = int64_t(16) * a.nb - 14 * int64_t(tt); // this thread's scale, from its word
-    uint32_t next_row = g;
+    uint32_t next_row = g + KS * teams;
     uint4 qa[R], qb[R];
     uint32_t da[R], db[R];
     auto load = [&](uint4 (&q)[R], uint32_t (&d)[R]) {
@@ -93,8 +186,8 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
             next_row += teams;
         }
     };
-    load(qa, da);
-    load(qb, db);
+    if constexpr (PRE >= 1) load(qa, da);
+    if constexpr (PRE >= 2) load(qb, db);
     if constexpr (PF > 0) { // the team's next PF batches of rows into L2 while this call waits for x
         if (tt == 0) {
             const uint8_t *p = src;
@@ -105,6 +198,14 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
     }
     pdl_launch_dependents();
     pdl_wait();
+    if (TL && tid == 0) tl[1] = gtimer();
+    // PRE < 2: the activations requested first, then the batches not requested before the wait
+    float xv[32];
+    if constexpr (PRE < 2 && !XQ) {
+        if (has) load_x32(a.x + 32 * uint64_t(tt), xv);
+    }
+    if constexpr (PRE < 1) load(qa, da);
+    if constexpr (PRE < 2) load(qb, db);
     int xw[8], xn[8];
     float dx = 0.0f;
     int c0 = 0;
@@ -117,8 +218,32 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
             dx = __ldg(xq.d + tt);
 #pragma unroll
             for (int i = 0; i < 8; ++i) sum = __dp4a(xw[i], 0x01010101, sum);
+        } else if (CL > 0) {
+            const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&xbar));
+            if (tid == 0) {
+                const uint32_t bytes = a.nb * 128, piece = (bytes / (CL > 0 ? CL : 1) + 15) & ~15u, off = cluster_rank() * piece;
+                mbar_arrive_expect(bar, bytes);
+                if (off < bytes)
+                    bulk_multicast_g2s(xs + off, reinterpret_cast<const uint8_t *>(a.x) + off,
+                                       bytes - off < piece ? bytes - off : piece, bar, uint16_t((1u << CL) - 1));
+            }
+            mbar_wait(bar, 0);
+            cluster_arrive(); // this block reads no other block's memory after this
+            if (has) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const uint4 f = lds128(xs + 128 * tt + 16 * i);
+                    xv[4 * i] = __uint_as_float(f.x), xv[4 * i + 1] = __uint_as_float(f.y);
+                    xv[4 * i + 2] = __uint_as_float(f.z), xv[4 * i + 3] = __uint_as_float(f.w);
+                }
+                quantize32_regs(xv, xw, dx, sum);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) xw[i] = 0;
+            }
         } else if (has) {
-            quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
+            if constexpr (PRE < 2) quantize32_regs(xv, xw, dx, sum);
+            else quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
         } else {
 #pragma unroll
             for (int i = 0; i < 8; ++i) xw[i] = 0;
@@ -138,6 +263,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
             }
         }
     }
+    if (TL && tid == 0) tl[2] = gtimer() + (xw[0] == 0x7fffffff); // after the quantization (a use of it)
     auto compute = [&](uint32_t k, const uint4 (&q4)[R], const uint32_t (&dd)[R]) {
         float acc[R];
 #pragma unroll
@@ -150,21 +276,50 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
         const float v = reduce_scatter_rows<R>(acc, lane);
         if ((lane & ((16u >> LR) * 2 - 1)) == 0) part[(k * R + ((lane >> (5 - LR)) & (R - 1))) * wpt + wt] = v;
     };
-    for (uint32_t k = 0; k < nbat; k += 2) {
+    if constexpr (KS > 0) {
+        for (uint32_t b = 0; b * R < ks; ++b) {
+            mbar_wait(static_cast<uint32_t>(__cvta_generic_to_shared(&sbar[tm][b])), 0);
+            uint4 q[R];
+            uint32_t d[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint32_t row = rows_smem + static_cast<uint32_t>((b * R + r) * a.rb);
+                if (has && b * R + r < ks) {
+                    q[r] = lds128(row + 16 * tt);
+                    d[r] = lds_u16(row + 16 * a.nb + 2 * tt);
+                } else {
+                    q[r] = make_uint4(0, 0, 0, 0);
+                    d[r] = 0;
+                }
+            }
+            compute(b, q, d);
+        }
+    }
+    for (uint32_t k = KS / R; k < nbat; k += 2) {
         compute(k, qa, da);
         load(qa, da);
         if (k + 1 >= nbat) break;
         compute(k + 1, qb, db);
         load(qb, db);
     }
+    if (TL && tid == 0) tl[3] = gtimer();
+    if constexpr (CL > 0) cluster_wait(); // no block leaves while its multicasts may still be landing elsewhere
     __syncthreads();
+    if (TL && tid == 0) tl[4] = gtimer();
     store_row_sums(part0, a, tpb, wpt, teams);
+    if (TL && tid == 0) {
+        __syncwarp(1u);
+        tl[5] = gtimer();
+        const uint32_t seq = atomicAdd(&g_tl_seq, 1u) % kTlSlots;
+        for (int i = 0; i < 6; ++i) g_tl[seq][i] = tl[i];
+        g_tl[seq][6] = gridDim.x;
+    }
 }
 
 ActQ8 g_v{}; // the q8_1 planes of the current shape's activations (the XQ variants)
-template <bool NL, int R, int MODE, int PF = 0, bool XQ = false>
+template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0>
 cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, const float *x, float *y, uint32_t sms,
-                       uint32_t, cudaStream_t s) {
+                       uint32_t optin, cudaStream_t s) {
     if (XQ) {
         const cudaError_t e = launch_quantize_act_q8_1(x, size_t(nb) * 32, g_v, true, s);
         if (e != cudaSuccess) return e;
@@ -173,19 +328,106 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
     if (T > 512) return cudaErrorNotSupported;
     const uint32_t tpb = 512 / T, teams = sms * tpb;
     const uint32_t cap = ((rows + teams - 1) / teams + 2 * R - 1) / (2 * R) * (2 * R);
-    const size_t smem = size_t(tpb) * cap * (T / 32) * 4;
-    auto k = planar_ldg<NL, R, MODE, PF, XQ>;
+    const size_t smem = ldg_smem_bytes(tpb, cap, T, rb, KS, CL > 0 ? nb * 128 : 0);
+    if (tpb > kMaxTeams || smem > optin) return cudaErrorNotSupported;
+    auto k = planar_ldg<NL, R, MODE, PF, XQ, KS, TL, PRE, CL>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
+    if constexpr (CL > 0) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.blockDim = dim3(tpb * T);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cudaLaunchAttribute at[2];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = CL;
+        at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
+        at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 2;
+        cfg.gridDim = dim3(sms / CL * CL);
+        int ncl = 0;
+        e = cudaOccupancyMaxActiveClusters(&ncl, k, &cfg);
+        if (e != cudaSuccess) return e;
+        if (ncl < 1) return cudaErrorNotSupported;
+        const uint32_t grid = std::min<uint32_t>(uint32_t(ncl), sms / CL) * CL;
+        static uint32_t shown = 0;
+        if (shown != grid) std::printf("  [cluster of %d: %d clusters resident, grid %u]\n", CL, ncl, grid), shown = grid;
+        cfg.gridDim = dim3(grid);
+        const uint32_t teams2 = grid * tpb;
+        const uint32_t cap2 = ((rows + teams2 - 1) / teams2 + 2 * R - 1) / (2 * R) * (2 * R);
+        if (cap2 != cap) { // fewer blocks: more rows per team
+            const size_t smem2 = ldg_smem_bytes(tpb, cap2, T, rb, KS, nb * 128);
+            if (smem2 > optin) return cudaErrorNotSupported;
+            cfg.dynamicSmemBytes = smem2;
+            e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem2));
+            if (e != cudaSuccess) return e;
+        }
+        PlanarArgs a{w, rb, rows, nb, T, cap2, x, y};
+        return cudaLaunchKernelEx(&cfg, k, a, g_v);
+    }
     PlanarArgs a{w, rb, rows, nb, T, cap, x, y};
     return launch_pdl(k, dim3(sms), dim3(tpb * T), smem, true, s, a, g_v);
 }
 
 cudaStream_t g_s;
 
+// Replays fn as the benchmark does and prints where the last calls' time went (thread 0 of each block, ns,
+// from the moment the call's first block returned from its dependency wait: about when the previous call
+// completed).
+template <class F>
+void timeline(const char *name, uint32_t sms, F &&fn) {
+    const unsigned zero = 0;
+    PROBE_CK(cudaMemcpyToSymbol(g_tl_seq, &zero, sizeof(zero)));
+    const double us = kpr::bench::replay_us(g_s, 200, fn);
+    unsigned total = 0;
+    PROBE_CK(cudaMemcpyFromSymbol(&total, g_tl_seq, sizeof(total)));
+    std::vector<unsigned long long> tl(size_t(kTlSlots) * 7);
+    PROBE_CK(cudaMemcpyFromSymbol(tl.data(), g_tl, tl.size() * 8));
+    sms = uint32_t(tl[size_t((total - 1) % kTlSlots) * 7 + 6]); // blocks per call
+    const uint32_t calls = total / sms, n = 12;
+    std::printf("timeline %-16s %.2f us per call; %u blocks recorded; means over %u calls (ns from the call's first "
+                "return from the wait):\n", name, us, total, n - 1);
+    auto at = [&](uint32_t c, uint32_t j, int i) { return (long long)tl[((size_t(c) * sms + j) % kTlSlots) * 7 + i]; };
+    double acc[10] = {};
+    long long gran = 1LL << 62;
+    for (uint32_t c = calls - n; c + 1 < calls; ++c) {
+        long long w0 = LLONG_MAX, w0n = LLONG_MAX, smin = LLONG_MAX, smax = LLONG_MIN, wmax = LLONG_MIN, emax = LLONG_MIN;
+        std::vector<long long> q, r, b;
+        for (uint32_t j = 0; j < sms; ++j) {
+            w0 = std::min(w0, at(c, j, 1));
+            w0n = std::min(w0n, at(c + 1, j, 1));
+        }
+        for (uint32_t j = 0; j < sms; ++j) {
+            smin = std::min(smin, at(c, j, 0) - w0);
+            smax = std::max(smax, at(c, j, 0) - w0);
+            wmax = std::max(wmax, at(c, j, 1) - w0);
+            emax = std::max(emax, at(c, j, 5) - w0);
+            q.push_back(at(c, j, 2) - at(c, j, 1));
+            r.push_back(at(c, j, 3) - at(c, j, 2));
+            b.push_back(at(c, j, 5) - at(c, j, 3));
+            for (int i = 1; i < 6; ++i) {
+                const long long d = at(c, j, i) - at(c, j, i - 1);
+                if (d > 0) gran = std::min(gran, d);
+            }
+        }
+        std::sort(q.begin(), q.end());
+        std::sort(r.begin(), r.end());
+        std::sort(b.begin(), b.end());
+        const double v[10] = {double(smin), double(smax), double(wmax), double(q[sms / 2]), double(q.back()),
+                              double(r[sms / 2]), double(r.back()), double(b.back()), double(emax), double(w0n - w0)};
+        for (int i = 0; i < 10; ++i) acc[i] += v[i] / (n - 1);
+    }
+    std::printf("  block starts %.0f..%.0f | waits return by %.0f | quantized after the wait: median %.0f, max %.0f | "
+                "rows: median %.0f, max %.0f | barrier + store max %.0f | last block ends %.0f | next call's first "
+                "wait returns %.0f | smallest step seen %lld\n",
+                acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7], acc[8], acc[9], gran);
+}
+
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
     kpr::bench::ProbeDevice pd;
     if (!kpr::bench::probe_device_cc9(pd, "PDL, cp.async.bulk prefetches")) return 2;
     const int sms = pd.sms, optin = pd.smem_optin, per_sm = pd.smem_per_sm;
@@ -199,6 +441,36 @@ int main() {
     kpr::bench::fill_finite_halves<<<4096, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(buf), big / 4, 7);
     const double bw = kpr::bench::measure_read_bandwidth(g_s, buf, big, sms, out);
     std::printf("read bandwidth (2 GiB): %.0f GB/s\n", bw);
+    if (argc > 1 && std::strcmp(argv[1], "--timeline") == 0) { // Q4_0 4096 x 14336 only
+        const uint32_t rows = 4096, cols = 14336, nb = cols / 32;
+        const uint64_t rb = uint64_t(nb) * 18, ws = rb * rows;
+        const size_t copies = (size_t(1) << 30) / ws + 1;
+        float *xf, *y1;
+        void *scr;
+        PROBE_CK(cudaMalloc(&xf, cols * 4));
+        PROBE_CK(cudaMalloc(&y1, rows * 4));
+        PROBE_CK(cudaMalloc(&scr, act_q8_bytes(1, cols)));
+        g_v = act_q8_view(scr, 1, cols);
+        kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
+        for (size_t c = 0; c < copies; ++c)
+            planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
+        PROBE_CK(cudaStreamSynchronize(g_s));
+        struct V {
+            const char *name;
+            cudaError_t (*fn)(const uint8_t *, uint64_t, uint32_t, uint32_t, const float *, float *, uint32_t, uint32_t,
+                              cudaStream_t);
+        };
+        const V vs[] = {{"ldg", launch_ldg<false, 4, 0, 0, false, 0, true>},
+                        {"cl2", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 2>},
+                        {"cl4", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 4>},
+                        {"cl8", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 8>},
+                        {"ldg no dot", launch_ldg<false, 4, 1, 0, false, 0, true>},
+                        {"cl4 no dot", launch_ldg<false, 4, 1, 0, false, 0, true, 2, 4>}};
+        for (int rep = 0; rep < 2; ++rep)
+            for (const V &v : vs)
+                timeline(v.name, sms, [&](int i) { v.fn(pbuf + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, g_s); });
+        return 0;
+    }
 
     struct Shape { uint32_t rows, cols; };
     for (Shape sh : {Shape{4096, 14336}, Shape{14336, 4096}, Shape{4096, 4096}, Shape{5120, 13824}, Shape{2048, 8192}}) {
@@ -268,18 +540,18 @@ int main() {
             };
             const V vq[] = {
                 {"ldg", launch_ldg<false, 4, 0>},
-                {"ldg pf2", launch_ldg<false, 4, 0, 2>},
                 {"q + ldg", launch_ldg<false, 4, 0, 0, true>},
+                {"cl2", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 2>},
+                {"cl4", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 4>},
+                {"cl8", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 8>},
                 {"ldg no dot", launch_ldg<false, 4, 1>},
-                {"ring R4x2", launch_v<false, 1, 4, 2, 0>},
-                {"ring R4x3", launch_v<false, 1, 4, 3, 0>},
-                {"native ring R4x2", launch_v<false, 1, 4, 2, 0, true>, true},
+                {"cl4 no dot", launch_ldg<false, 4, 1, 0, false, 0, false, 2, 4>},
             };
             const V vn[] = {
                 {"ldg", launch_ldg<true, 4, 0>},
                 {"q + ldg", launch_ldg<true, 4, 0, 0, true>},
-                {"ring R4x2", launch_v<true, 1, 4, 2, 0>},
-                {"native ring R4x2", launch_v<true, 1, 4, 2, 0, true>, true},
+                {"cl2", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 2>},
+                {"cl4", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 4>},
             };
             const V *vs = nl ? vn : vq;
             const int nv = nl ? int(sizeof(vn) / sizeof(vn[0])) : int(sizeof(vq) / sizeof(vq[0]));

@@ -3,51 +3,47 @@
 // thread owning one 32-weight block position of every row with its quantized activations in registers,
 // measured against generic_cuda's call (launch_gemv_nc: the q8_1 quantizer and the row kernel, or the tile
 // kernel where its rules take it) in the same process, with the results compared. No provider uses these
-// kernels (fourteenth session; docs/benchmarks.md, "The planar probe"):
-//   ldg         the weights loaded into registers (two batches of 4 rows in flight, the first two before
-//               the dependency wait), the activations quantized by every thread itself: one kernel per call
-//   ldg pf2     the same with bulk L2 prefetches of the next two batches before the dependency wait
-//   q + ldg     generic_cuda's q8_1 quantizer launched first, the kernel reading its planes (two kernels)
-//   ring        each thread copying its words into its own shared-memory slots (cp.async), a ring of
-//               NB batches of R rows (planar_probe_kernels.cuh); "native": the same on GGUF's own layout
-//   no dot      the dot products replaced by a byte of each word (the structure's own cost; wrong results)
+// kernels (fourteenth and fifteenth sessions; docs/benchmarks.md, "The planar probe" and "Where a
+// one-kernel call's time goes"). The variants (planar_ldg's template knobs):
+//   ldg            the weights loaded into registers (two batches of 4 rows in flight, the first two before
+//                  the dependency wait), the activations quantized by every thread itself: one kernel per call
+//   q + ldg        generic_cuda's q8_1 quantizer launched first, the kernel reading its planes (two kernels)
+//   ldg sKS        the team's first KS rows bulk-copied into shared memory before the wait (one mbarrier
+//                  per batch), the rest as "ldg"
+//   late pfN       no weights requested before the wait; N batches prefetched into L2 before it instead
+//   x first        no weights before the wait; after it the activations are requested first, then the
+//                  weights ("1 + x first": one batch before the wait, the second after the activations)
+//   clN            thread-block clusters of N: each block bulk-copies 1/N of the activation vector into the
+//                  shared memory of every block of its cluster (multicast), so the L2 serves it grid / N
+//                  times; the grid is the clusters that fit at once
+//   ldg x16        the activations read from 16 copies made beforehand (block b: copy b % 16)
+//   ldg no q       the quantization replaced by the floats' bits (its arithmetic's cost; wrong results)
+//   no dot         the dot products replaced by a byte of each word (the structure's own cost; wrong results)
 // Graph-replayed calls (200, median of 5 replays), weight copies rotated over >= 1 GiB, fractions of a
 // 2 GiB streaming read measured in the same run.
 //
-//   kpr_planar_probe        (needs a GPU of compute capability 9.0)
+//   kpr_planar_probe             (needs a GPU of compute capability 9.0)
+//   kpr_planar_probe --timeline  Q4_0 4096 x 14336 only: thread 0 of every block records the global timer
+//                                at its start, after the dependency wait, when its activations arrived, after
+//                                their quantization, after its rows and at its end; printed as means over
+//                                11 calls of one replay, from each call's first return from the wait
 #include "bench_timing.cuh"
 #include "kpr_cuda_gemv.cuh"
 #include "planar_probe_kernels.cuh"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
-#include <climits>
 #include <cstring>
 #include <vector>
 
 using namespace kpr::cuda;
 
 namespace {
-
-template <bool NL, int BPT, int R, int NB, int MODE, bool NATIVE = false>
-cudaError_t launch_v(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, const float *x, float *y, uint32_t sms,
-                     uint32_t optin, cudaStream_t s) {
-    const uint32_t T = (nb + 32 * BPT - 1) / (32 * BPT) * 32;
-    if (T > 512) return cudaErrorNotSupported;
-    const uint32_t tpb = 512 / T, teams = sms * tpb;
-    const uint32_t cap = ((rows + teams - 1) / teams + R - 1) / R * R;
-    const size_t smem = planar_smem_bytes<R, NB>(T, tpb, cap, rb);
-    if (smem > optin) return cudaErrorNotSupported;
-    auto k = planar_gemv_q4<NL, BPT, R, NB, MODE, NATIVE>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    PlanarArgs a{w, rb, rows, nb, T, cap, x, y};
-    return launch_pdl(k, dim3(sms), dim3(tpb * T), smem, true, s, a);
-}
 
 __device__ __forceinline__ uint4 ldg_stream(const void *p) {
     uint4 v;
@@ -106,7 +102,7 @@ __host__ __device__ inline size_t ldg_smem_bytes(uint32_t tpb, uint32_t cap, uin
 // barrier and at the end; blocks numbered in the order they start (one block per SM, so call c's blocks
 // are c * grid .. c * grid + grid - 1).
 constexpr uint32_t kTlSlots = 132 * 32;
-__device__ unsigned long long g_tl[kTlSlots][7];
+__device__ unsigned long long g_tl[kTlSlots][8];
 __device__ unsigned int g_tl_seq;
 __device__ __forceinline__ unsigned long long gtimer() {
     unsigned long long t;
@@ -114,13 +110,45 @@ __device__ __forceinline__ unsigned long long gtimer() {
     return t;
 }
 
+// QM 0: quantize32_regs (the exact q8_1 integers). Timing probes, wrong results: QM 1 an approximate
+// reciprocal and round-to-nearest conversions (no exactness fix-ups), QM 2 no arithmetic (the float bits).
+template <int QM>
+__device__ __forceinline__ void quantize32_q(const float (&v)[32], int (&xw)[8], float &dh, int &sum) {
+    if constexpr (QM == 0) {
+        quantize32_regs(v, xw, dh, sum);
+    } else if constexpr (QM == 1) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+        const float dd = amax * (1.0f / 127.0f), r = amax > 0.0f ? 127.0f / amax : 0.0f;
+        sum = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int q0 = __float2int_rn(v[4 * i] * r), q1 = __float2int_rn(v[4 * i + 1] * r);
+            const int q2 = __float2int_rn(v[4 * i + 2] * r), q3 = __float2int_rn(v[4 * i + 3] * r);
+            xw[i] = static_cast<int>(prmt(prmt(uint32_t(q0), uint32_t(q1), 0x0040u), prmt(uint32_t(q2), uint32_t(q3), 0x0040u), 0x5410u));
+            sum = __dp4a(xw[i], 0x01010101, sum);
+        }
+        dh = __half2float(__float2half_rn(dd));
+    } else {
+        sum = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            xw[i] = static_cast<int>(__float_as_uint(v[4 * i]) ^ __float_as_uint(v[4 * i + 1]) ^ __float_as_uint(v[4 * i + 2]) ^
+                                     __float_as_uint(v[4 * i + 3]));
+            sum += xw[i] & 0xFF;
+        }
+        dh = 1.0f;
+    }
+}
+
 // KS > 0: the team's first KS rows are bulk-copied into shared memory before the dependency wait (one
 // copy per row, one mbarrier per batch of R rows), so that far more of the matrix is on its way while the
 // call waits for x and quantizes it than two batches of registers hold; the rest as without.
-template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0>
+template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0, int QM = 0, int XR = 0>
 __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const ActQ8 xq) {
     extern __shared__ __align__(128) float part0[];
-    unsigned long long tl[6];
+    unsigned long long tl[6], tlx = 0;
     if (TL && threadIdx.x == 0) tl[0] = gtimer();
     constexpr int LR = R == 8 ? 3 : R == 4 ? 2 : R == 2 ? 1 : 0;
     const uint32_t T = a.T, tid = threadIdx.x, lane = tid & 31u;
@@ -236,14 +264,36 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
                     xv[4 * i] = __uint_as_float(f.x), xv[4 * i + 1] = __uint_as_float(f.y);
                     xv[4 * i + 2] = __uint_as_float(f.z), xv[4 * i + 3] = __uint_as_float(f.w);
                 }
-                quantize32_regs(xv, xw, dx, sum);
+                quantize32_q<QM>(xv, xw, dx, sum);
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; ++i) xw[i] = 0;
             }
         } else if (has) {
-            if constexpr (PRE < 2) quantize32_regs(xv, xw, dx, sum);
-            else quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
+            if constexpr (PRE < 2) {
+                if constexpr (TL) {
+                    uint32_t o = 0;
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) o |= __float_as_uint(xv[i]);
+                    if (tid == 0) tlx = gtimer() + (o == 0x7fffffffu);
+                }
+                quantize32_q<QM>(xv, xw, dx, sum);
+            }
+            else if constexpr (TL) { // the time the activations arrived, then the quantization
+                load_x32(a.x + uint64_t(XR > 0 ? blockIdx.x % XR : 0) * a.nb * 32 + 32 * uint64_t(tt), xv);
+                uint32_t o = 0;
+#pragma unroll
+                for (int i = 0; i < 32; ++i) o |= __float_as_uint(xv[i]);
+                if (tid == 0) tlx = gtimer() + (o == 0x7fffffffu);
+                quantize32_q<QM>(xv, xw, dx, sum);
+            } else if constexpr (XR > 0) { // copy blockIdx % XR of the activations (replicas made beforehand)
+                load_x32(a.x + uint64_t(blockIdx.x % XR) * a.nb * 32 + 32 * uint64_t(tt), xv);
+                quantize32_q<QM>(xv, xw, dx, sum);
+            } else if constexpr (QM != 0) {
+                load_x32(a.x + 32 * uint64_t(tt), xv);
+                quantize32_q<QM>(xv, xw, dx, sum);
+            } else
+                quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
         } else {
 #pragma unroll
             for (int i = 0; i < 8; ++i) xw[i] = 0;
@@ -313,11 +363,13 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
         const uint32_t seq = atomicAdd(&g_tl_seq, 1u) % kTlSlots;
         for (int i = 0; i < 6; ++i) g_tl[seq][i] = tl[i];
         g_tl[seq][6] = gridDim.x;
+        g_tl[seq][7] = tlx ? tlx : tl[2];
     }
 }
 
+const float *g_xrep = nullptr; // 16 copies of the current shape's activations (the XR variants)
 ActQ8 g_v{}; // the q8_1 planes of the current shape's activations (the XQ variants)
-template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0>
+template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0, int QM = 0, int XR = 0>
 cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, const float *x, float *y, uint32_t sms,
                        uint32_t optin, cudaStream_t s) {
     if (XQ) {
@@ -330,7 +382,7 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
     const uint32_t cap = ((rows + teams - 1) / teams + 2 * R - 1) / (2 * R) * (2 * R);
     const size_t smem = ldg_smem_bytes(tpb, cap, T, rb, KS, CL > 0 ? nb * 128 : 0);
     if (tpb > kMaxTeams || smem > optin) return cudaErrorNotSupported;
-    auto k = planar_ldg<NL, R, MODE, PF, XQ, KS, TL, PRE, CL>;
+    auto k = planar_ldg<NL, R, MODE, PF, XQ, KS, TL, PRE, CL, QM, XR>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     if constexpr (CL > 0) {
@@ -367,7 +419,7 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
         PlanarArgs a{w, rb, rows, nb, T, cap2, x, y};
         return cudaLaunchKernelEx(&cfg, k, a, g_v);
     }
-    PlanarArgs a{w, rb, rows, nb, T, cap, x, y};
+    PlanarArgs a{w, rb, rows, nb, T, cap, XR > 0 ? g_xrep : x, y};
     return launch_pdl(k, dim3(sms), dim3(tpb * T), smem, true, s, a, g_v);
 }
 
@@ -383,18 +435,18 @@ void timeline(const char *name, uint32_t sms, F &&fn) {
     const double us = kpr::bench::replay_us(g_s, 200, fn);
     unsigned total = 0;
     PROBE_CK(cudaMemcpyFromSymbol(&total, g_tl_seq, sizeof(total)));
-    std::vector<unsigned long long> tl(size_t(kTlSlots) * 7);
+    std::vector<unsigned long long> tl(size_t(kTlSlots) * 8);
     PROBE_CK(cudaMemcpyFromSymbol(tl.data(), g_tl, tl.size() * 8));
-    sms = uint32_t(tl[size_t((total - 1) % kTlSlots) * 7 + 6]); // blocks per call
+    sms = uint32_t(tl[size_t((total - 1) % kTlSlots) * 8 + 6]); // blocks per call
     const uint32_t calls = total / sms, n = 12;
     std::printf("timeline %-16s %.2f us per call; %u blocks recorded; means over %u calls (ns from the call's first "
                 "return from the wait):\n", name, us, total, n - 1);
-    auto at = [&](uint32_t c, uint32_t j, int i) { return (long long)tl[((size_t(c) * sms + j) % kTlSlots) * 7 + i]; };
-    double acc[10] = {};
+    auto at = [&](uint32_t c, uint32_t j, int i) { return (long long)tl[((size_t(c) * sms + j) % kTlSlots) * 8 + i]; };
+    double acc[10] = {}, xacc[2] = {};
     long long gran = 1LL << 62;
     for (uint32_t c = calls - n; c + 1 < calls; ++c) {
         long long w0 = LLONG_MAX, w0n = LLONG_MAX, smin = LLONG_MAX, smax = LLONG_MIN, wmax = LLONG_MIN, emax = LLONG_MIN;
-        std::vector<long long> q, r, b;
+        std::vector<long long> q, r, b, xa;
         for (uint32_t j = 0; j < sms; ++j) {
             w0 = std::min(w0, at(c, j, 1));
             w0n = std::min(w0n, at(c + 1, j, 1));
@@ -405,6 +457,7 @@ void timeline(const char *name, uint32_t sms, F &&fn) {
             wmax = std::max(wmax, at(c, j, 1) - w0);
             emax = std::max(emax, at(c, j, 5) - w0);
             q.push_back(at(c, j, 2) - at(c, j, 1));
+            xa.push_back(at(c, j, 7) - at(c, j, 1));
             r.push_back(at(c, j, 3) - at(c, j, 2));
             b.push_back(at(c, j, 5) - at(c, j, 3));
             for (int i = 1; i < 6; ++i) {
@@ -413,12 +466,15 @@ void timeline(const char *name, uint32_t sms, F &&fn) {
             }
         }
         std::sort(q.begin(), q.end());
+        std::sort(xa.begin(), xa.end());
+        xacc[0] += double(xa[sms / 2]) / (n - 1), xacc[1] += double(xa.back()) / (n - 1);
         std::sort(r.begin(), r.end());
         std::sort(b.begin(), b.end());
         const double v[10] = {double(smin), double(smax), double(wmax), double(q[sms / 2]), double(q.back()),
                               double(r[sms / 2]), double(r.back()), double(b.back()), double(emax), double(w0n - w0)};
         for (int i = 0; i < 10; ++i) acc[i] += v[i] / (n - 1);
     }
+    std::printf("  activations arrived after the wait: median %.0f, max %.0f\n", xacc[0], xacc[1]);
     std::printf("  block starts %.0f..%.0f | waits return by %.0f | quantized after the wait: median %.0f, max %.0f | "
                 "rows: median %.0f, max %.0f | barrier + store max %.0f | last block ends %.0f | next call's first "
                 "wait returns %.0f | smallest step seen %lld\n",
@@ -452,6 +508,10 @@ int main(int argc, char **argv) {
         PROBE_CK(cudaMalloc(&scr, act_q8_bytes(1, cols)));
         g_v = act_q8_view(scr, 1, cols);
         kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
+        float *xrep;
+        PROBE_CK(cudaMalloc(&xrep, size_t(cols) * 4 * 16));
+        for (int c = 0; c < 16; ++c) PROBE_CK(cudaMemcpyAsync(xrep + size_t(c) * cols, xf, cols * 4, cudaMemcpyDeviceToDevice, g_s));
+        g_xrep = xrep;
         for (size_t c = 0; c < copies; ++c)
             planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
         PROBE_CK(cudaStreamSynchronize(g_s));
@@ -461,11 +521,13 @@ int main(int argc, char **argv) {
                               cudaStream_t);
         };
         const V vs[] = {{"ldg", launch_ldg<false, 4, 0, 0, false, 0, true>},
+                        {"q + ldg", launch_ldg<false, 4, 0, 0, true, 0, true>},
+                        {"ldg s16", launch_ldg<false, 4, 0, 0, false, 16, true>},
+                        {"x first", launch_ldg<false, 4, 0, 0, false, 0, true, 0>},
                         {"cl2", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 2>},
-                        {"cl4", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 4>},
-                        {"cl8", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 8>},
-                        {"ldg no dot", launch_ldg<false, 4, 1, 0, false, 0, true>},
-                        {"cl4 no dot", launch_ldg<false, 4, 1, 0, false, 0, true, 2, 4>}};
+                        {"ldg x16", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 0, 16>},
+                        {"ldg no q", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 2>},
+                        {"ldg no dot", launch_ldg<false, 4, 1, 0, false, 0, true>}};
         for (int rep = 0; rep < 2; ++rep)
             for (const V &v : vs)
                 timeline(v.name, sms, [&](int i) { v.fn(pbuf + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, g_s); });
@@ -485,6 +547,10 @@ int main(int argc, char **argv) {
         const size_t scr_bytes = std::max(act_q8_bytes(1, cols), act_tiles_bytes(1, cols, true));
         PROBE_CK(cudaMalloc(&scr, scr_bytes));
         kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
+        float *xrep;
+        PROBE_CK(cudaMalloc(&xrep, size_t(cols) * 4 * 16));
+        for (int c = 0; c < 16; ++c) PROBE_CK(cudaMemcpyAsync(xrep + size_t(c) * cols, xf, cols * 4, cudaMemcpyDeviceToDevice, g_s));
+        g_xrep = xrep;
         for (size_t c = 0; c < copies; ++c)
             planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
         PROBE_CK(cudaStreamSynchronize(g_s));
@@ -536,22 +602,22 @@ int main(int argc, char **argv) {
                 const char *name;
                 cudaError_t (*fn)(const uint8_t *, uint64_t, uint32_t, uint32_t, const float *, float *, uint32_t,
                                   uint32_t, cudaStream_t);
-                bool native = false;
             };
             const V vq[] = {
                 {"ldg", launch_ldg<false, 4, 0>},
                 {"q + ldg", launch_ldg<false, 4, 0, 0, true>},
+                {"ldg s16", launch_ldg<false, 4, 0, 0, false, 16>},
+                {"late pf2", launch_ldg<false, 4, 0, 2, false, 0, false, 0>},
+                {"x first", launch_ldg<false, 4, 0, 0, false, 0, false, 0>},
+                {"1 + x first", launch_ldg<false, 4, 0, 0, false, 0, false, 1>},
                 {"cl2", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 2>},
-                {"cl4", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 4>},
-                {"cl8", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 8>},
+                {"ldg x16", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 0, 16>},
+                {"ldg no q", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 2>},
                 {"ldg no dot", launch_ldg<false, 4, 1>},
-                {"cl4 no dot", launch_ldg<false, 4, 1, 0, false, 0, false, 2, 4>},
             };
             const V vn[] = {
                 {"ldg", launch_ldg<true, 4, 0>},
                 {"q + ldg", launch_ldg<true, 4, 0, 0, true>},
-                {"cl2", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 2>},
-                {"cl4", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 4>},
             };
             const V *vs = nl ? vn : vq;
             const int nv = nl ? int(sizeof(vn) / sizeof(vn[0])) : int(sizeof(vq) / sizeof(vq[0]));
@@ -561,21 +627,21 @@ int main(int argc, char **argv) {
                 std::printf("%-6s %5u x %5u: committed %.2f us (%.3f)", tn, rows, cols, tb, frac(tb));
                 for (int k = 0; k < nv; ++k) {
                     const V &vv = vs[k];
-                    if (vv.fn(vv.native ? buf : pbuf, rb, rows, nb, xf, y1, sms, optin, g_s) != cudaSuccess) {
+                    if (vv.fn(pbuf, rb, rows, nb, xf, y1, sms, optin, g_s) != cudaSuccess) {
                         cudaGetLastError();
                         std::printf(" | %s n/a", vv.name);
                         continue;
                     }
-                    const double t = kpr::bench::replay_us(g_s, 200, [&](int i) { vv.fn((vv.native ? buf : pbuf) + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, g_s); });
+                    const double t = kpr::bench::replay_us(g_s, 200, [&](int i) { vv.fn(pbuf + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, g_s); });
                     std::printf(" | %s %.2f (%.3f)", vv.name, t, frac(t));
                 }
                 std::printf("\n");
             }
             PROBE_CK(nl ? base(TIQ4_NL{}, 0, y0) : base(TQ4_0{}, 0, y0));
             for (int k = 0; k < nv; ++k) {
-                if (std::strstr(vs[k].name, "no dot")) continue;
+                if (std::strstr(vs[k].name, "no dot") || std::strstr(vs[k].name, "no q")) continue; // wrong by design
                 cudaMemset(y1, 0xff, rows * 4);
-                const cudaError_t e = vs[k].fn(vs[k].native ? buf : pbuf, rb, rows, nb, xf, y1, sms, optin, g_s);
+                const cudaError_t e = vs[k].fn(pbuf, rb, rows, nb, xf, y1, sms, optin, g_s);
                 if (e == cudaErrorNotSupported) continue;
                 char what[64];
                 std::snprintf(what, sizeof(what), "%s %s", tn, vs[k].name);
@@ -583,6 +649,7 @@ int main(int argc, char **argv) {
             }
         }
         cudaFree(xf);
+        cudaFree(xrep);
         cudaFree(y0);
         cudaFree(y1);
         cudaFree(scr);

@@ -17,6 +17,7 @@
 //                  shared memory of every block of its cluster (multicast), so the L2 serves it grid / N
 //                  times; the grid is the clusters that fit at once
 //   ldg x16        the activations read from 16 copies made beforehand (block b: copy b % 16)
+//   ldg syncN      the team's warps kept in step by a named barrier every N batch pairs
 //   ldg no q       the quantization replaced by the floats' bits (its arithmetic's cost; wrong results)
 //   no dot         the dot products replaced by a byte of each word (the structure's own cost; wrong results)
 // Graph-replayed calls (200, median of 5 replays), weight copies rotated over >= 1 GiB, fractions of a
@@ -145,7 +146,7 @@ __device__ __forceinline__ void quantize32_q(const float (&v)[32], int (&xw)[8],
 // KS > 0: the team's first KS rows are bulk-copied into shared memory before the dependency wait (one
 // copy per row, one mbarrier per batch of R rows), so that far more of the matrix is on its way while the
 // call waits for x and quantizes it than two batches of registers hold; the rest as without.
-template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0, int QM = 0, int XR = 0>
+template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0, int QM = 0, int XR = 0, int SY = 0>
 __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const ActQ8 xq) {
     extern __shared__ __align__(128) float part0[];
     unsigned long long tl[6], tlx = 0;
@@ -351,6 +352,9 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
         if (k + 1 >= nbat) break;
         compute(k + 1, qb, db);
         load(qb, db);
+        if constexpr (SY > 0) { // the team's warps kept within SY batch pairs of each other (a named barrier)
+            if ((k - KS / R) / 2 % SY == SY - 1) asm volatile("bar.sync %0, %1;" ::"r"(1 + tm), "r"(T) : "memory");
+        }
     }
     if (TL && tid == 0) tl[3] = gtimer();
     if constexpr (CL > 0) cluster_wait(); // no block leaves while its multicasts may still be landing elsewhere
@@ -369,7 +373,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
 
 const float *g_xrep = nullptr; // 16 copies of the current shape's activations (the XR variants)
 ActQ8 g_v{}; // the q8_1 planes of the current shape's activations (the XQ variants)
-template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0, int QM = 0, int XR = 0>
+template <bool NL, int R, int MODE, int PF = 0, bool XQ = false, int KS = 0, bool TL = false, int PRE = 2, int CL = 0, int QM = 0, int XR = 0, int SY = 0>
 cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb, const float *x, float *y, uint32_t sms,
                        uint32_t optin, cudaStream_t s) {
     if (XQ) {
@@ -382,7 +386,7 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
     const uint32_t cap = ((rows + teams - 1) / teams + 2 * R - 1) / (2 * R) * (2 * R);
     const size_t smem = ldg_smem_bytes(tpb, cap, T, rb, KS, CL > 0 ? nb * 128 : 0);
     if (tpb > kMaxTeams || smem > optin) return cudaErrorNotSupported;
-    auto k = planar_ldg<NL, R, MODE, PF, XQ, KS, TL, PRE, CL, QM, XR>;
+    auto k = planar_ldg<NL, R, MODE, PF, XQ, KS, TL, PRE, CL, QM, XR, SY>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     if constexpr (CL > 0) {
@@ -521,6 +525,8 @@ int main(int argc, char **argv) {
                               cudaStream_t);
         };
         const V vs[] = {{"ldg", launch_ldg<false, 4, 0, 0, false, 0, true>},
+                        {"ldg sync1", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 0, 0, 1>},
+                        {"ldg sync4", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 0, 0, 4>},
                         {"q + ldg", launch_ldg<false, 4, 0, 0, true, 0, true>},
                         {"ldg s16", launch_ldg<false, 4, 0, 0, false, 16, true>},
                         {"x first", launch_ldg<false, 4, 0, 0, false, 0, true, 0>},
@@ -613,10 +619,15 @@ int main(int argc, char **argv) {
                 {"cl2", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 2>},
                 {"ldg x16", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 0, 16>},
                 {"ldg no q", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 2>},
+                {"ldg sync1", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 1>},
+                {"ldg sync2", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 2>},
+                {"ldg sync4", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 4>},
                 {"ldg no dot", launch_ldg<false, 4, 1>},
             };
             const V vn[] = {
                 {"ldg", launch_ldg<true, 4, 0>},
+                {"ldg sync1", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 1>},
+                {"ldg sync4", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 4>},
                 {"q + ldg", launch_ldg<true, 4, 0, 0, true>},
             };
             const V *vs = nl ? vn : vq;

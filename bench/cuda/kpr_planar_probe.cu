@@ -385,7 +385,7 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
     const uint32_t tpb = 512 / T, teams = sms * tpb;
     const uint32_t cap = ((rows + teams - 1) / teams + 2 * R - 1) / (2 * R) * (2 * R);
     const size_t smem = ldg_smem_bytes(tpb, cap, T, rb, KS, CL > 0 ? nb * 128 : 0);
-    if (tpb > kMaxTeams || smem > optin) return cudaErrorNotSupported;
+    if (tpb > kMaxTeams || (SY > 0 && tpb > 15) || smem > optin) return cudaErrorNotSupported; // barrier ids 1..15
     auto k = planar_ldg<NL, R, MODE, PF, XQ, KS, TL, PRE, CL, QM, XR, SY>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;

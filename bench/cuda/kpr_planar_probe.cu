@@ -429,6 +429,47 @@ cudaError_t launch_ldg(const uint8_t *w, uint64_t rb, uint32_t rows, uint32_t nb
 
 cudaStream_t g_s;
 
+// A probe variant: its name in the output and its launcher (launch_ldg's signature).
+struct Variant {
+    const char *name;
+    cudaError_t (*fn)(const uint8_t *, uint64_t, uint32_t, uint32_t, const float *, float *, uint32_t, uint32_t,
+                      cudaStream_t);
+};
+
+// The device buffers of one shape: the activations (and 16 copies of them for the XR variants), the q8_1
+// planes generic_cuda's quantizer writes, and the planar copies of the GGUF weight copies in buf. Sets
+// g_xrep and g_v, which the launchers read.
+struct ShapeBuffers {
+    float *xf = nullptr, *xrep = nullptr;
+    void *scr = nullptr;
+    size_t scr_bytes = 0;
+    ActQ8 v{};
+    ShapeBuffers(uint32_t rows, uint32_t cols, const uint8_t *buf, uint8_t *pbuf, uint64_t rb, uint64_t ws,
+                 size_t copies) {
+        const uint32_t nb = cols / 32;
+        PROBE_CK(cudaMalloc(&xf, cols * 4));
+        scr_bytes = std::max(act_q8_bytes(1, cols), act_tiles_bytes(1, cols, true));
+        PROBE_CK(cudaMalloc(&scr, scr_bytes));
+        kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
+        PROBE_CK(cudaMalloc(&xrep, size_t(cols) * 4 * 16));
+        for (int c = 0; c < 16; ++c)
+            PROBE_CK(cudaMemcpyAsync(xrep + size_t(c) * cols, xf, cols * 4, cudaMemcpyDeviceToDevice, g_s));
+        for (size_t c = 0; c < copies; ++c)
+            planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
+        PROBE_CK(cudaStreamSynchronize(g_s));
+        v = act_q8_view(scr, 1, cols);
+        g_xrep = xrep;
+        g_v = v;
+    }
+    ~ShapeBuffers() {
+        cudaFree(xf);
+        cudaFree(xrep);
+        cudaFree(scr);
+    }
+    ShapeBuffers(const ShapeBuffers &) = delete;
+    ShapeBuffers &operator=(const ShapeBuffers &) = delete;
+};
+
 // Replays fn as the benchmark does and prints where the last calls' time went (thread 0 of each block, ns,
 // from the moment the call's first block returned from its dependency wait: about when the previous call
 // completed).
@@ -505,26 +546,10 @@ int main(int argc, char **argv) {
         const uint32_t rows = 4096, cols = 14336, nb = cols / 32;
         const uint64_t rb = uint64_t(nb) * 18, ws = rb * rows;
         const size_t copies = (size_t(1) << 30) / ws + 1;
-        float *xf, *y1;
-        void *scr;
-        PROBE_CK(cudaMalloc(&xf, cols * 4));
+        ShapeBuffers sb(rows, cols, buf, pbuf, rb, ws, copies);
+        float *y1;
         PROBE_CK(cudaMalloc(&y1, rows * 4));
-        PROBE_CK(cudaMalloc(&scr, act_q8_bytes(1, cols)));
-        g_v = act_q8_view(scr, 1, cols);
-        kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
-        float *xrep;
-        PROBE_CK(cudaMalloc(&xrep, size_t(cols) * 4 * 16));
-        for (int c = 0; c < 16; ++c) PROBE_CK(cudaMemcpyAsync(xrep + size_t(c) * cols, xf, cols * 4, cudaMemcpyDeviceToDevice, g_s));
-        g_xrep = xrep;
-        for (size_t c = 0; c < copies; ++c)
-            planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
-        PROBE_CK(cudaStreamSynchronize(g_s));
-        struct V {
-            const char *name;
-            cudaError_t (*fn)(const uint8_t *, uint64_t, uint32_t, uint32_t, const float *, float *, uint32_t, uint32_t,
-                              cudaStream_t);
-        };
-        const V vs[] = {{"ldg", launch_ldg<false, 4, 0, 0, false, 0, true>},
+        const Variant vs[] = {{"ldg", launch_ldg<false, 4, 0, 0, false, 0, true>},
                         {"ldg sync1", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 0, 0, 1>},
                         {"ldg sync4", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 0, 0, 4>},
                         {"q + ldg", launch_ldg<false, 4, 0, 0, true, 0, true>},
@@ -535,8 +560,9 @@ int main(int argc, char **argv) {
                         {"ldg no q", launch_ldg<false, 4, 0, 0, false, 0, true, 2, 0, 2>},
                         {"ldg no dot", launch_ldg<false, 4, 1, 0, false, 0, true>}};
         for (int rep = 0; rep < 2; ++rep)
-            for (const V &v : vs)
-                timeline(v.name, sms, [&](int i) { v.fn(pbuf + (i % copies) * ws, rb, rows, nb, xf, y1, sms, optin, g_s); });
+            for (const Variant &v : vs)
+                timeline(v.name, sms, [&](int i) { v.fn(pbuf + (i % copies) * ws, rb, rows, nb, sb.xf, y1, sms, optin, g_s); });
+        cudaFree(y1);
         return 0;
     }
 
@@ -545,23 +571,12 @@ int main(int argc, char **argv) {
         const uint32_t rows = sh.rows, cols = sh.cols, nb = cols / 32;
         const uint64_t rb = uint64_t(nb) * 18, ws = rb * rows;
         const size_t copies = (size_t(1) << 30) / ws + 1;
-        float *xf, *y0, *y1;
-        void *scr;
-        PROBE_CK(cudaMalloc(&xf, cols * 4));
+        ShapeBuffers sb(rows, cols, buf, pbuf, rb, ws, copies);
+        const float *xf = sb.xf;
+        const ActQ8 &v = sb.v;
+        float *y0, *y1;
         PROBE_CK(cudaMalloc(&y0, rows * 4));
         PROBE_CK(cudaMalloc(&y1, rows * 4));
-        const size_t scr_bytes = std::max(act_q8_bytes(1, cols), act_tiles_bytes(1, cols, true));
-        PROBE_CK(cudaMalloc(&scr, scr_bytes));
-        kpr::bench::fill_finite_halves<<<64, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(xf), cols, 3);
-        float *xrep;
-        PROBE_CK(cudaMalloc(&xrep, size_t(cols) * 4 * 16));
-        for (int c = 0; c < 16; ++c) PROBE_CK(cudaMemcpyAsync(xrep + size_t(c) * cols, xf, cols * 4, cudaMemcpyDeviceToDevice, g_s));
-        g_xrep = xrep;
-        for (size_t c = 0; c < copies; ++c)
-            planar_repack_q4<<<(rows * nb + 255) / 256, 256, 0, g_s>>>(buf + c * ws, pbuf + c * ws, rb, rows, nb);
-        PROBE_CK(cudaStreamSynchronize(g_s));
-        const ActQ8 v = act_q8_view(scr, 1, cols);
-        g_v = v;
         auto frac = [&](double us) { return ws / (us * 1e-6) / 1e9 / bw; };
         auto base = [&](auto tag, int i, float *y) {
             using T = decltype(tag);
@@ -586,7 +601,7 @@ int main(int argc, char **argv) {
             a.mma_mode = kMmaAuto;
             a.xf = xf;
             a.xq_n = cols;
-            a.xq_bytes = scr_bytes;
+            a.xq_bytes = sb.scr_bytes;
             return launch_gemv_nc<T, TabGlobal>(a, 1, 1, true, g_s);
         };
         auto check = [&](const char *what, cudaError_t e) {
@@ -604,12 +619,7 @@ int main(int argc, char **argv) {
         };
         for (int nl = 0; nl < 2; ++nl) {
             const char *tn = nl ? "iq4_nl" : "q4_0";
-            struct V {
-                const char *name;
-                cudaError_t (*fn)(const uint8_t *, uint64_t, uint32_t, uint32_t, const float *, float *, uint32_t,
-                                  uint32_t, cudaStream_t);
-            };
-            const V vq[] = {
+            const Variant vq[] = {
                 {"ldg", launch_ldg<false, 4, 0>},
                 {"q + ldg", launch_ldg<false, 4, 0, 0, true>},
                 {"ldg s16", launch_ldg<false, 4, 0, 0, false, 16>},
@@ -624,20 +634,20 @@ int main(int argc, char **argv) {
                 {"ldg sync4", launch_ldg<false, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 4>},
                 {"ldg no dot", launch_ldg<false, 4, 1>},
             };
-            const V vn[] = {
+            const Variant vn[] = {
                 {"ldg", launch_ldg<true, 4, 0>},
                 {"ldg sync1", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 1>},
                 {"ldg sync4", launch_ldg<true, 4, 0, 0, false, 0, false, 2, 0, 0, 0, 4>},
                 {"q + ldg", launch_ldg<true, 4, 0, 0, true>},
             };
-            const V *vs = nl ? vn : vq;
+            const Variant *vs = nl ? vn : vq;
             const int nv = nl ? int(sizeof(vn) / sizeof(vn[0])) : int(sizeof(vq) / sizeof(vq[0]));
             for (int rep = 0; rep < 2; ++rep) {
                 const double tb = nl ? kpr::bench::replay_us(g_s, 200, [&](int i) { base(TIQ4_NL{}, i, y0); })
                                      : kpr::bench::replay_us(g_s, 200, [&](int i) { base(TQ4_0{}, i, y0); });
                 std::printf("%-6s %5u x %5u: committed %.2f us (%.3f)", tn, rows, cols, tb, frac(tb));
                 for (int k = 0; k < nv; ++k) {
-                    const V &vv = vs[k];
+                    const Variant &vv = vs[k];
                     if (vv.fn(pbuf, rb, rows, nb, xf, y1, sms, optin, g_s) != cudaSuccess) {
                         cudaGetLastError();
                         std::printf(" | %s n/a", vv.name);
@@ -659,11 +669,8 @@ int main(int argc, char **argv) {
                 check(what, e);
             }
         }
-        cudaFree(xf);
-        cudaFree(xrep);
         cudaFree(y0);
         cudaFree(y1);
-        cudaFree(scr);
     }
     return 0;
 }

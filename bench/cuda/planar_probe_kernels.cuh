@@ -59,24 +59,6 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
 // 32 floats quantized by one thread: the quants packed in xw (values 4i..4i+3 in word i), the scale
 // rounded to f16 (dh) and the quant sum (sum): the same integers and scale as quantize_act_q8_1
 // (q8_1_quantize_quad's arithmetic over one thread's 32 values).
-__device__ __forceinline__ void quantize32_regs(const float (&v)[32], int (&xw)[8], float &dh, int &sum);
-__device__ __forceinline__ void quantize32(const float *xb, int (&xw)[8], float &dh, int &sum) {
-    float v[32];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float4 f = __ldg(reinterpret_cast<const float4 *>(xb) + i);
-        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-    }
-    quantize32_regs(v, xw, dh, sum);
-}
-// The 32 floats requested in program order (volatile: issued before the weight loads that follow).
-__device__ __forceinline__ void load_x32(const float *xb, float (&v)[32]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-        asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(v[4 * i]), "=f"(v[4 * i + 1]), "=f"(v[4 * i + 2]), "=f"(v[4 * i + 3])
-                     : "l"(xb + 4 * i));
-}
 __device__ __forceinline__ void quantize32_regs(const float (&v)[32], int (&xw)[8], float &dh, int &sum) {
     float amax = 0.0f;
 #pragma unroll
@@ -103,6 +85,24 @@ __device__ __forceinline__ void quantize32_regs(const float (&v)[32], int (&xw)[
         for (int i = 0; i < 8; ++i) pack(i, quant(v[4 * i]), quant(v[4 * i + 1]), quant(v[4 * i + 2]), quant(v[4 * i + 3]));
     }
     dh = __half2float(__float2half_rn(dd));
+}
+// The same from memory.
+__device__ __forceinline__ void quantize32(const float *xb, int (&xw)[8], float &dh, int &sum) {
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float4 f = __ldg(reinterpret_cast<const float4 *>(xb) + i);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+    quantize32_regs(v, xw, dh, sum);
+}
+// The 32 floats requested in program order (volatile: issued before the weight loads that follow).
+__device__ __forceinline__ void load_x32(const float *xb, float (&v)[32]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+        asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(v[4 * i]), "=f"(v[4 * i + 1]), "=f"(v[4 * i + 2]), "=f"(v[4 * i + 3])
+                     : "l"(xb + 4 * i));
 }
 
 // One row's 32-weight block (q: its 16 nibble bytes) against this thread's quantized activations: the

@@ -46,19 +46,6 @@ using namespace kpr::cuda;
 
 namespace {
 
-__device__ __forceinline__ uint4 ldg_stream(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t ldg_u16(const void *p) {
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
-
 // The planar GEMV with the weights loaded into registers (two batches of R rows in flight), no ring. XQ: the
 // activations read from the q8_1 planes xq (generic_cuda's quantizer ran before), else quantized here.
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
@@ -321,7 +308,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
         for (int r = 0; r < R; ++r) {
             const uint32_t q[4] = {q4[r].x, q4[r].y, q4[r].z, q4[r].w};
             const float d = f16_to_float(static_cast<uint16_t>(dd[r]));
-            const int s = dot_q4_block<NL, MODE>(q, xw, xn, c0);
+            const int s = probe_dot_q4_block<NL, MODE>(q, xw, xn, c0);
             acc[r] = __fmul_rn(static_cast<float>(s), __fmul_rn(d, dx));
         }
         const float v = reduce_scatter_rows<R>(acc, lane);

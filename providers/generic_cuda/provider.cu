@@ -3,6 +3,7 @@
 #include "kernels.hpp"
 #include "kpr_cuda_host.hpp"
 #include "kpr_cuda_run.cuh"
+#include "planar.hpp"
 
 #include <cstring>
 #include <exception>
@@ -47,6 +48,7 @@ const TypeKernel *find_kernel(uint32_t type) {
 namespace {
 
 cuda::HostLog g_log;
+cuda::WeightCopies g_planar; // planar_weights: the planar copies, shared by tensor identity
 
 const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
@@ -54,7 +56,18 @@ const kpr_option_decl kOptions[] = {
      "capability 9.0): "
      "auto: where it measured faster than the row kernels; on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
+    {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "planar_weights", "false",
+     "Q4_0 and IQ4_NL at one column on compute capability 9.0: keep a planar copy of the weights (as many "
+     "bytes again as the tensor, counted in prepared bytes, shared by prepared ops on the same tensor) and run "
+     "one-column calls on it, each thread owning one block position of every row",
+     0, 0, nullptr},
 };
+constexpr uint32_t kNOptions = sizeof(kOptions) / sizeof(kOptions[0]);
+
+// The weight bytes of op (all experts).
+uint64_t weight_bytes(const kpr_op_desc *op, const cuda::TypeDesc *td) {
+    return (op->kind == KPR_OP_GEMV_GROUPED ? op->n_experts : 1) * op->rows * cuda::row_bytes(td, op->cols);
+}
 
 // tile_kernel's value (the core has checked it against the choices)
 uint32_t mma_mode(const kpr_option_set *opts) {
@@ -86,8 +99,8 @@ const kpr_provider_identity *p_identity(void *) {
     return &id;
 }
 
-uint32_t p_option_count(void *) { return 1; }
-const kpr_option_decl *p_option_get(void *, uint32_t i) { return i == 0 ? &kOptions[0] : nullptr; }
+uint32_t p_option_count(void *) { return kNOptions; }
+const kpr_option_decl *p_option_get(void *, uint32_t i) { return i < kNOptions ? &kOptions[i] : nullptr; }
 
 kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, const kpr_option_set *opts,
                    kpr_offer *offer, kpr_error *err) {
@@ -139,9 +152,20 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
                        : cuda::copies_whole_vector(op->weight_type) ? ", the vector in shared memory per block where it fits"
                        : cuda::stages_activations(op->weight_type)  ? ", staged with the weight chunks"
                                                                     : "";
-    cuda::set_reason(offer, "%s %s, ncols %u, %s activations%s, %s", td->name,
+    char planar[128] = "";
+    if (cuda::option_bool(opts, "planar_weights", false) && planar_launcher(op->weight_type) != nullptr) {
+        const char *no = planar_declines(op, dev, dev->smem_per_block_optin);
+        if (no == nullptr) {
+            offer->prepared_bytes += weight_bytes(op, td);
+            std::snprintf(planar, sizeof(planar), "; one column on a planar copy (%.1f MiB)",
+                          weight_bytes(op, td) / 1048576.0);
+        } else {
+            std::snprintf(planar, sizeof(planar), "; no planar copy: %s", no);
+        }
+    }
+    cuda::set_reason(offer, "%s %s, ncols %u, %s activations%s, %s%s", td->name,
                      op->kind == KPR_OP_GEMV ? "gemv" : "grouped gemv (ids on the device)", op->ncols,
-                     k->float_x ? "float" : "q8_1", xsrc, layout);
+                     k->float_x ? "float" : "q8_1", xsrc, layout, planar);
     return KPR_OK;
 }
 
@@ -153,8 +177,19 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         cuda::GemvPrepared *p = nullptr;
         const kpr_status st = cuda::gemv_prepare(op, dev, w, k->float_x, k->launch, &p, err);
         if (st != KPR_OK) return st;
+        std::unique_ptr<cuda::GemvPrepared> hold(p);
         p->mma_mode = mma_mode(opts);
-        *out = reinterpret_cast<kpr_prepared *>(p);
+        if (cuda::option_bool(opts, "planar_weights", false) && p->sm80 && planar_launcher(op->weight_type) &&
+            planar_declines(op, dev, p->smem_optin) == nullptr) {
+            const uint64_t bytes = w->bytes, rb = p->row_bytes, rows = op->rows;
+            const uint32_t nb = static_cast<uint32_t>(op->cols / 32);
+            auto fill = [&](void *dst) { return planar_repack(w->data, dst, rb, rows, nb); };
+            const kpr_status pst = g_planar.acquire(cuda::WeightCopyKey{w->identity, w->data, bytes, dev->ordinal, 1u},
+                                                    bytes, fill, &p->one_column_copy, err);
+            if (pst != KPR_OK) return pst;
+            p->one_column_launch = planar_launcher(op->weight_type);
+        }
+        *out = reinterpret_cast<kpr_prepared *>(hold.release());
         return KPR_OK;
     } catch (const std::exception &e) {
         return cuda::fail(err, KPR_ERR_INTERNAL, "prepare: %s", e.what());
@@ -253,14 +288,31 @@ constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, 
 constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
 
-uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra + kNTile; }
+// planar_weights = true at one column (Q4_0, IQ4_NL): one kernel per call (>= 2^25 weights) and the
+// quantizer + kernel (smaller), odd row counts, several teams per block (4097 x 512: 16), a team of 512
+// threads (16384 columns), and shapes the planar path does not take (rows of 2080 weights are not 16-byte
+// aligned; 28672 columns are wider than a team), which must fall back to the GGUF-layout kernels.
+constexpr Shape kPlanarShapes[] = {
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"4096x4096", KPR_OP_GEMV, 4096, 4096, 1, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
+    {"509x16384", KPR_OP_GEMV, 509, 16384, 1, 1, 1, 1},   {"2053x16384", KPR_OP_GEMV, 2053, 16384, 1, 1, 1, 1},
+    {"257x2080", KPR_OP_GEMV, 257, 2080, 1, 1, 1, 1},     {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},
+    {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
+};
+constexpr uint32_t kNPlanarShapes = sizeof(kPlanarShapes) / sizeof(kPlanarShapes[0]);
+constexpr uint32_t kPlanarTypes[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
+constexpr uint32_t kNPlanar = sizeof(kPlanarTypes) / sizeof(kPlanarTypes[0]) * kNPlanarShapes;
+const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}};
+
+uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar; }
 
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
-    static char names[kNTypes * kNShapes + kNExtra + kNTile][96];
+    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar][96];
     const Shape *s;
     uint32_t type;
     const char *tname;
-    bool tile_on = false;
+    bool tile_on = false, planar_on = false;
     if (index < kNTypes * kNShapes) {
         const TypeName &t = kTypes[index / kNShapes];
         s = &kShapes[index % kNShapes];
@@ -277,6 +329,12 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
         s = &kTileShapes[e % kNTileShapes];
         tname = cuda::type_desc(type)->name;
         tile_on = true;
+    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar) {
+        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile;
+        type = kPlanarTypes[e / kNPlanarShapes];
+        s = &kPlanarShapes[e % kNPlanarShapes];
+        tname = cuda::type_desc(type)->name;
+        planar_on = true;
     } else {
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
     }
@@ -285,12 +343,12 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
     const cuda::TypeDesc *td = cuda::type_desc(type);
     if (cols % td->qk) cols = (cols / 256 + 1) * 256;
     std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", tname, s->tag, s->ncols,
-                  tile_on ? " tile_kernel=on" : "");
+                  tile_on ? " tile_kernel=on" : planar_on ? " planar_weights" : "");
     const bool fx = find_kernel(type)->float_x;
     cuda::CaseSpec c{names[index], KPR_SELFTEST_REFERENCE, s->op_kind, type, s->ncols, s->rows, cols,
                      s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
                      static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr,
-                     tile_on ? kTileOn : nullptr, tile_on ? 1u : 0u};
+                     tile_on ? kTileOn : planar_on ? kPlanarOn : nullptr, tile_on || planar_on ? 1u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

@@ -5,6 +5,7 @@
 #include "kpr_cuda_act.cuh"
 #include "kpr_cuda_host.hpp"
 #include "kpr_cuda_q8plane.cuh"
+#include "kpr_cuda_weight_copy.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -22,18 +23,8 @@ using namespace kpr::cuda;
 
 HostLog g_log;
 
-// ---- packed weights, shared by identity + shape, refcounted -------------------------------------
-struct Packed {
-    int8_t *plane = nullptr;
-    float *scales = nullptr;
-    uint64_t bytes = 0;
-    int refs = 0;
-    int ordinal = 0;
-};
-using PackKey = std::tuple<uint64_t, uint64_t, uint64_t, int, const void *>; // identity, rows, cols, device, data
-
-std::mutex g_mu;
-std::map<PackKey, Packed *> g_packs;
+// the packed copies (int8 plane, then float scales), shared by tensor identity between prepared ops
+WeightCopies g_packs;
 
 struct Prepared {
     kpr_op_desc op{};
@@ -42,23 +33,11 @@ struct Prepared {
     bool emulate = false;
     uint32_t grid = 0;
     uint64_t smem = 0;
-    Packed *pack = nullptr;
-    PackKey key{};
-    bool shared = false;
+    std::shared_ptr<WeightCopy> pack;
+    const int8_t *plane = nullptr;
+    const float *scales = nullptr;
     std::unique_ptr<StreamScratch> scratch;
 };
-
-void unref(Prepared *p) {
-    if (!p->pack) return;
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (--p->pack->refs == 0) {
-        use_device(p->pack->ordinal);
-        cudaFree(p->pack->plane);
-        if (p->shared) g_packs.erase(p->key);
-        delete p->pack;
-    }
-    p->pack = nullptr;
-}
 
 // ---- options --------------------------------------------------------------------------------------
 const kpr_option_decl kOptions[] = {
@@ -217,47 +196,22 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         p->grid = static_cast<uint32_t>(std::max<uint64_t>(grid, 1));
         p->scratch.reset(new StreamScratch(act_q8_bytes(op->ncols, op->cols)));
 
-        // the packed copy: shared by tensor identity + shape
-        std::lock_guard<std::mutex> lock(g_mu);
-        p->key = PackKey{w->identity, op->rows, op->cols, dev->ordinal, w->data};
-        p->shared = w->identity != 0;
-        if (p->shared) {
-            auto it = g_packs.find(p->key);
-            if (it != g_packs.end()) {
-                p->pack = it->second;
-                ++p->pack->refs;
-            }
-        }
-        if (!p->pack) {
-            auto pk = std::unique_ptr<Packed>(new Packed());
-            pk->ordinal = dev->ordinal;
-            const uint64_t plane = (op->rows * op->cols + 255) / 256 * 256;
-            pk->bytes = plane + op->rows * nb * 4;
-            void *mem = nullptr;
-            e = cudaMalloc(&mem, pk->bytes);
-            if (e != cudaSuccess) return cuda_fail(err, e, "prepare: packed weights");
-            pk->plane = static_cast<int8_t *>(mem);
-            pk->scales = reinterpret_cast<float *>(static_cast<uint8_t *>(mem) + plane);
-            const uint64_t nblk = op->rows * nb;
-            e = cudaDeviceSynchronize(); // the caller's upload of the weights may still be in flight
-            if (e != cudaSuccess) {
-                cudaFree(mem);
-                return cuda_fail(err, e, "prepare: synchronize");
-            }
-            repack_q8_0<<<static_cast<unsigned>((nblk + 255) / 256), 256>>>(static_cast<const uint8_t *>(w->data),
-                                                                              nblk, pk->plane, pk->scales);
-            e = cudaGetLastError();
-            if (e == cudaSuccess) e = cudaDeviceSynchronize();
-            if (e != cudaSuccess) {
-                cudaFree(mem);
-                return cuda_fail(err, e, "prepare: repack");
-            }
-            pk->refs = 1;
-            p->pack = pk.release();
-            if (p->shared) g_packs[p->key] = p->pack;
-            g_log.log(KPR_LOG_DEBUG, "sm60_q8: packed %llux%llu q8_0 (%llu bytes)", (unsigned long long)op->rows,
-                      (unsigned long long)op->cols, (unsigned long long)p->pack->bytes);
-        }
+        // the packed copy: shared by tensor identity
+        const uint64_t plane = (op->rows * op->cols + 255) / 256 * 256, nblk = op->rows * nb;
+        auto fill = [&](void *mem) {
+            repack_q8_0<<<static_cast<unsigned>((nblk + 255) / 256), 256>>>(
+                static_cast<const uint8_t *>(w->data), nblk, static_cast<int8_t *>(mem),
+                reinterpret_cast<float *>(static_cast<uint8_t *>(mem) + plane));
+            return cudaGetLastError();
+        };
+        const kpr_status st = g_packs.acquire(WeightCopyKey{w->identity, w->data, w->bytes, dev->ordinal, 0u},
+                                              plane + nblk * 4, fill, &p->pack, err);
+        if (st != KPR_OK) return st;
+        p->plane = static_cast<const int8_t *>(p->pack->data);
+        p->scales = reinterpret_cast<const float *>(static_cast<const uint8_t *>(p->pack->data) + plane);
+        g_log.log(KPR_LOG_DEBUG, "sm60_q8: %llux%llu q8_0 packed (%llu bytes, %ld prepared ops share it)",
+                  (unsigned long long)op->rows, (unsigned long long)op->cols,
+                  (unsigned long long)p->pack->bytes, p->pack.use_count());
         *out = reinterpret_cast<kpr_prepared *>(p.release());
         return KPR_OK;
     } catch (const std::exception &ex) {
@@ -287,8 +241,8 @@ kpr_status p_run(void *, kpr_prepared *prepared, const kpr_run_args *args, kpr_e
         if (e == cudaSuccess) e = cudaGetLastError();
         if (e != cudaSuccess) return cuda_fail(err, e, "run: activation quantizer");
         Q8PlaneArgs a{};
-        a.plane = p->pack->plane;
-        a.scales = p->pack->scales;
+        a.plane = p->plane;
+        a.scales = p->scales;
         a.rows = static_cast<uint32_t>(p->op.rows);
         a.cols = static_cast<uint32_t>(p->op.cols);
         a.x = v;
@@ -309,8 +263,7 @@ void p_release(void *, kpr_prepared *prepared) {
     auto *p = reinterpret_cast<Prepared *>(prepared);
     if (!p) return;
     use_device(p->ordinal);
-    unref(p);
-    delete p;
+    delete p; // the packed copy goes with the last prepared op holding it
 }
 
 // ---- self-tests ------------------------------------------------------------------------------------

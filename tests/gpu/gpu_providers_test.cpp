@@ -291,3 +291,121 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(tile(KPR_TYPE_Q6_K, 4096, 14336, 8, "on")); // no tile kernel for the type
     EXPECT_FALSE(tile(KPR_TYPE_F16, 4096, 14336, 8, "on"));
 }
+
+// generic_cuda's planar_weights option in the offer: where it applies, the planar copy is counted in
+// prepared_bytes and named in the reason; elsewhere the reason says why not; off by default.
+TEST(CudaNegotiation, GenericCudaPlanarWeightsOption) {
+    auto p = get("generic_cuda");
+    ASSERT_TRUE(p->ok()) << p->error;
+    const kpr_option_value on{"planar_weights", "true"};
+    const uint64_t q4_bytes = 4096ull * 14336 / 32 * 18;
+    const kpr_offer base = ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 14336, 1), kH200);
+    EXPECT_TRUE(base.accepted) << base.reason;
+    EXPECT_EQ(std::strstr(base.reason, "planar"), nullptr) << base.reason;
+    const kpr_offer q4 = ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 14336, 1), kH200, &on, 1);
+    EXPECT_TRUE(q4.accepted) << q4.reason;
+    EXPECT_EQ(q4.prepared_bytes, base.prepared_bytes + q4_bytes);
+    EXPECT_NE(std::strstr(q4.reason, "one column on a planar copy (31.5 MiB)"), nullptr) << q4.reason;
+    const kpr_offer nl = ask(*p, gemv(KPR_TYPE_IQ4_NL, 14336, 4096, 4), kH200, &on, 1);
+    EXPECT_NE(std::strstr(nl.reason, "planar copy"), nullptr) << nl.reason; // prepared at 4 columns, run at 1
+    const kpr_offer q8 = ask(*p, gemv(KPR_TYPE_Q8_0, 4096, 14336, 1), kH200, &on, 1);
+    EXPECT_EQ(std::strstr(q8.reason, "planar"), nullptr) << q8.reason; // not a planar type: nothing changes
+    const kpr_offer wide = ask(*p, gemv(KPR_TYPE_Q4_0, 509, 28672, 1), kH200, &on, 1);
+    EXPECT_TRUE(wide.accepted) << wide.reason;
+    EXPECT_NE(std::strstr(wide.reason, "no planar copy: rows wider than 16384 weights"), nullptr) << wide.reason;
+    const kpr_offer odd = ask(*p, gemv(KPR_TYPE_Q4_0, 257, 2080, 1), kH200, &on, 1);
+    EXPECT_NE(std::strstr(odd.reason, "no planar copy: rows not a multiple of 256"), nullptr) << odd.reason;
+    if (has_arch(*p, 80)) { // (a build for 9.0 alone declines 8.0 for the architecture)
+        kpr_device_desc a100 = kH200;
+        a100.cc_major = 8;
+        const kpr_offer old = ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 14336, 1), a100, &on, 1);
+        EXPECT_NE(std::strstr(old.reason, "no planar copy: compute capability below 9.0"), nullptr) << old.reason;
+    }
+    std::printf("generic_cuda planar_weights: %s\n  %s\n", q4.reason, wide.reason);
+}
+
+// Repacked copies are shared by prepared ops that name the same tensor (kpr_weights::identity) and freed
+// with the last of them (sm60_q8's int8 plane; generic_cuda's planar copy), and a prepared op whose
+// partner was released still runs on the shared copy: device memory is measured with cudaMemGetInfo.
+namespace {
+void check_shared_copy(const char *provider, uint32_t type, uint64_t rows, uint64_t cols, const kpr_option_value *ov,
+                       uint32_t n_ov, uint64_t copy_bytes) {
+    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU";
+    auto p = get(provider);
+    ASSERT_TRUE(p->ok()) << p->error;
+    const kpr_device_desc dev = real_device(0);
+    auto opts = p->options(ov, n_ov);
+    kpr_option_set os{sizeof(os), static_cast<uint32_t>(opts.size()), opts.data()};
+    const TypeInfo *ti = tinfo(type);
+    const uint64_t wbytes = rows * (cols / ti->qk) * ti->bytes;
+    std::vector<uint8_t> hw(wbytes);
+    fill_blocks(type, 77, hw.data(), rows * cols);
+    std::vector<float> hx(cols);
+    Rng r(9);
+    for (auto &v : hx) v = r.sym();
+    uint8_t *dw;
+    float *dx, *dy;
+    KPR_CU(cudaMalloc(&dw, wbytes));
+    KPR_CU(cudaMalloc(&dx, cols * 4));
+    KPR_CU(cudaMalloc(&dy, rows * 4 * 3));
+    KPR_CU(cudaMemcpy(dw, hw.data(), wbytes, cudaMemcpyHostToDevice));
+    KPR_CU(cudaMemcpy(dx, hx.data(), cols * 4, cudaMemcpyHostToDevice));
+    auto free_now = [] {
+        size_t f = 0, t = 0;
+        KPR_CU(cudaDeviceSynchronize());
+        KPR_CU(cudaMemGetInfo(&f, &t));
+        return static_cast<int64_t>(f);
+    };
+    kpr_error err{sizeof(err), {0}};
+    auto prepare = [&](uint32_t ncols, uint64_t identity) {
+        kpr_op_desc op = gemv(type, rows, cols, ncols);
+        kpr_weights w{sizeof(w), 0, dw, wbytes, identity};
+        kpr_prepared *pp = nullptr;
+        EXPECT_EQ(p->t->prepare(p->state, &op, &dev, &os, &w, &pp, &err), KPR_OK) << err.message;
+        return pp;
+    };
+    auto run = [&](kpr_prepared *pp, float *y) {
+        kpr_run_args ra{sizeof(ra), 1, dx, y, nullptr, nullptr};
+        EXPECT_EQ(p->t->run(p->state, pp, &ra, &err), KPR_OK) << err.message;
+        KPR_CU(cudaDeviceSynchronize());
+    };
+    const int64_t slack = 8 << 20, f0 = free_now();
+    kpr_prepared *a = prepare(1, 0x5EED);
+    const int64_t f1 = free_now();
+    EXPECT_GE(f0 - f1, static_cast<int64_t>(copy_bytes) - slack) << provider << ": the first prepare makes the copy";
+    kpr_prepared *b = prepare(4, 0x5EED);
+    const int64_t f2 = free_now();
+    EXPECT_LT(f1 - f2, slack) << provider << ": the second prepare on the same identity shares it";
+    kpr_prepared *c = prepare(1, 0); // identity 0: a copy of its own
+    const int64_t f3 = free_now();
+    EXPECT_GE(f2 - f3, static_cast<int64_t>(copy_bytes) - slack) << provider << ": identity 0 is never shared";
+    run(a, dy);
+    p->t->release(p->state, a);
+    EXPECT_LT(free_now() - f3, slack) << provider << ": the copy stays while b holds it";
+    run(b, dy + rows);
+    run(c, dy + 2 * rows);
+    std::vector<float> y(rows * 3);
+    KPR_CU(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(y.data(), y.data() + rows, rows * 4), 0) << provider << ": b after a's release";
+    EXPECT_EQ(std::memcmp(y.data(), y.data() + 2 * rows, rows * 4), 0) << provider << ": the unshared copy";
+    p->t->release(p->state, b);
+    p->t->release(p->state, c);
+    EXPECT_GE(free_now(), f0 - slack) << provider << ": every copy freed with its last prepared op";
+    std::printf("%s: copy %.1f MiB; free memory after prepare a / b (same identity) / c (identity 0): -%.1f / -%.1f "
+                "/ -%.1f MiB\n", provider, copy_bytes / 1048576.0, (f0 - f1) / 1048576.0, (f1 - f2) / 1048576.0,
+                (f2 - f3) / 1048576.0);
+    cudaFree(dw);
+    cudaFree(dx);
+    cudaFree(dy);
+}
+} // namespace
+
+TEST(GpuSharedCopies, Sm60Q8PackedPlane) {
+    const uint64_t rows = 4096, cols = 4096;
+    check_shared_copy("sm60_q8", KPR_TYPE_Q8_0, rows, cols, nullptr, 0, rows * cols + rows * cols / 32 * 4);
+}
+
+TEST(GpuSharedCopies, GenericCudaPlanarWeights) {
+    const kpr_option_value on{"planar_weights", "true"};
+    check_shared_copy("generic_cuda", KPR_TYPE_Q4_0, 4096, 14336, &on, 1, 4096ull * 14336 / 32 * 18);
+}

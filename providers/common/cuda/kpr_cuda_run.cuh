@@ -5,6 +5,7 @@
 #include "kpr_cuda_act.cuh"
 #include "kpr_cuda_gemv.cuh"
 #include "kpr_cuda_host.hpp"
+#include "kpr_cuda_weight_copy.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -30,6 +31,10 @@ struct GemvPrepared {
     uint32_t smem_sm = 0;    // shared memory per multiprocessor
     GemvLaunchFn launch = nullptr;
     std::unique_ptr<StreamScratch> scratch;
+    // (optional) a repacked copy of the weights and the launcher that reads it at one column (generic_cuda's
+    // planar_weights); other column counts read the caller's weights
+    std::shared_ptr<WeightCopy> one_column_copy;
+    GemvLaunchFn one_column_launch = nullptr;
 };
 
 inline size_t gemv_scratch_bytes(const kpr_op_desc *op, bool float_x) {
@@ -138,7 +143,12 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;
-    e = p.launch(a, grouped ? 1u : ncols, tasks, pdl, s);
+    if (ncols == 1 && p.one_column_launch != nullptr && !p.float_x) {
+        a.w = static_cast<const uint8_t *>(p.one_column_copy->data);
+        e = p.one_column_launch(a, 1, 1, pdl, s);
+    } else {
+        e = p.launch(a, grouped ? 1u : ncols, tasks, pdl, s);
+    }
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) return cuda_fail(err, e, "run: gemv launch");
     return KPR_OK;

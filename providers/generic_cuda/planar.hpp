@@ -1,0 +1,17 @@
+// generic_cuda: the planar_weights option's pieces (planar_q4.cu).
+#pragma once
+#include "kpr/provider.h"
+#include "kpr_cuda_gemv_args.cuh"
+
+#include <cuda_runtime.h>
+
+namespace kpr::generic_cuda {
+using GemvLaunchFnPtr = cudaError_t (*)(const kpr::cuda::GemvArgs &, uint32_t ncols, uint32_t tasks, bool pdl,
+                                        cudaStream_t stream);
+// The one-column launcher on planar weights for `type` (null: none).
+GemvLaunchFnPtr planar_launcher(uint32_t type);
+// Why the planar path cannot take `op` on `dev` (null: it can). smem_optin: shared memory per block.
+const char *planar_declines(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin);
+// GGUF rows -> planar rows (the legacy default stream; rows of all experts).
+cudaError_t planar_repack(const void *gguf, void *planar, uint64_t row_bytes, uint64_t rows, uint32_t nb);
+} // namespace kpr::generic_cuda

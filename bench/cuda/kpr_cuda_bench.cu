@@ -10,11 +10,12 @@
 //
 //   kpr_cuda_bench [--providers generic_cuda,sm60_q8,iq_stage_tables] [--types q8_0,q4_0,...]
 //                  [--ncols 1,2,4,8] [--shapes 4096x14336,14336x4096] [--no-moe] [--breakdown]
-//                  [--tile-vs-row] [--planar]
+//                  [--tile-vs-row] [--planar] [--ab OPTION=A,B]
 // Prints a markdown table. --tile-vs-row: for the types with a tensor-core tile kernel, it against the
 // row kernels (whole calls, 2..8 columns, the --types / --shapes / --ncols given), and mma_serves's pick.
-// --planar: generic_cuda with planar_weights = false and = true (Q4_0, IQ4_NL; one column; alternating
-// twice per shape; the --types / --shapes given).
+// --ab OPTION=A,B: generic_cuda with its option OPTION = A and = B, one column, alternating twice per type
+// and shape (the --types / --shapes given), and what the offer says with B. --planar: --ab
+// planar_weights=false,true.
 #include "../../tests/gpu/harness.hpp"
 
 #include "bench_timing.cuh"
@@ -379,7 +380,8 @@ int main(int argc, char **argv) {
     std::vector<std::string> types = {"q8_0", "q4_0", "q4_K", "iq4_nl", "iq3_xxs", "iq3_s"};
     std::vector<uint32_t> ncols = {1, 2, 4, 8};
     std::vector<std::pair<uint32_t, uint32_t>> shapes = {{4096, 14336}}; // rows x cols
-    bool moe = true, breakdown_only = false, tile_only = false, planar_only = false;
+    bool moe = true, breakdown_only = false, tile_only = false;
+    std::string ab; // --ab OPTION=A,B
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--providers" && i + 1 < argc) providers = split(argv[++i]);
@@ -401,7 +403,8 @@ int main(int argc, char **argv) {
         } else if (a == "--no-moe") moe = false;
         else if (a == "--breakdown") breakdown_only = true;
         else if (a == "--tile-vs-row") tile_only = true;
-        else if (a == "--planar") planar_only = true;
+        else if (a == "--planar") ab = "planar_weights=false,true";
+        else if (a == "--ab" && i + 1 < argc) ab = argv[++i];
     }
     if (!gpu_present()) {
         std::fprintf(stderr, "no CUDA GPU\n");
@@ -414,36 +417,46 @@ int main(int argc, char **argv) {
     std::printf("device: %s (cc %d.%d, %u SMs); measured read bandwidth %.0f GB/s (streaming 16-byte loads, 4 GiB, "
                 "median of 7)\n\n",
                 dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
-    if (planar_only) {
+    if (!ab.empty()) {
+        const size_t eq = ab.find('='), comma = ab.find(',', eq == std::string::npos ? 0 : eq);
+        if (eq == std::string::npos || comma == std::string::npos) {
+            std::fprintf(stderr, "--ab: '%s' is not OPTION=A,B\n", ab.c_str());
+            return 2;
+        }
+        const std::string opt = ab.substr(0, eq), va = ab.substr(eq + 1, comma - eq - 1), vb = ab.substr(comma + 1);
         auto p = load_provider("generic_cuda");
         if (!p->ok()) {
             std::fprintf(stderr, "generic_cuda: %s\n", p->error.c_str());
             return 1;
         }
-        std::printf("| type | shape | planar_weights = false (us) | = true (us) | false / true | fraction of read bw "
-                    "(false, true) | offer with true |\n");
+        std::printf("| type | shape | %s = %s (us) | = %s (us) | A / B | fraction of read bw (A, B) | offer with B |\n",
+                    opt.c_str(), va.c_str(), vb.c_str());
         std::printf("|---|---|---:|---:|---:|---|---|\n");
+        auto type_id = [](const std::string &n) -> uint32_t {
+            for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 14u, 18u, 20u, 21u, 23u, 30u})
+                if (n == tinfo(id)->name) return id;
+            return 999;
+        };
         for (const auto &tn : types) {
-            const uint32_t t = tn == "q4_0" ? KPR_TYPE_Q4_0 : tn == "iq4_nl" ? KPR_TYPE_IQ4_NL : 999u;
+            const uint32_t t = type_id(tn);
             if (t == 999) continue;
             for (const auto &shape : shapes) {
                 const auto rows = shape.first, cols = shape.second;
-                auto run = [&](const char *v, bool query_only = false) {
-                    BenchCase bc{"generic_cuda", t, rows, cols, 1, false, 1, 1, {{"planar_weights", v}}};
+                auto run = [&](const std::string &v, bool query_only = false) {
+                    BenchCase bc{"generic_cuda", t, rows, cols, 1, false, 1, 1, {{opt.c_str(), v.c_str()}}};
                     return bench(*p, bc, dev, s, query_only);
                 };
-                const BenchResult f1 = run("false"), t1 = run("true"), f2 = run("false"), t2 = run("true");
-                if (!f1.ok || !t1.ok || !f2.ok || !t2.ok) {
-                    std::printf("| %s | %ux%u | - | - | - | - | %s%s |\n", tn.c_str(), rows, cols, f1.note.c_str(),
-                                t1.note.c_str());
+                const BenchResult a1 = run(va), b1 = run(vb), a2 = run(va), b2 = run(vb);
+                if (!a1.ok || !b1.ok || !a2.ok || !b2.ok) {
+                    std::printf("| %s | %ux%u | - | - | - | - | %s%s |\n", tn.c_str(), rows, cols, a1.note.c_str(),
+                                b1.note.c_str());
                     continue;
                 }
-                const std::string reason = run("true", true).reason;
+                const std::string reason = run(vb, true).reason;
                 const size_t at = reason.find("; ");
                 std::printf("| %s | %ux%u | %.2f, %.2f | %.2f, %.2f | %.2f | %.2f, %.2f | %s |\n", tn.c_str(), rows, cols,
-                            f1.us, f2.us, t1.us, t2.us, (f1.us + f2.us) / (t1.us + t2.us),
-                            (f1.gbs + f2.gbs) / 2 / bw, (t1.gbs + t2.gbs) / 2 / bw,
-                            at == std::string::npos ? "(no planar copy)" : reason.substr(at + 2).c_str());
+                            a1.us, a2.us, b1.us, b2.us, (a1.us + a2.us) / (b1.us + b2.us), (a1.gbs + a2.gbs) / 2 / bw,
+                            (b1.gbs + b2.gbs) / 2 / bw, at == std::string::npos ? "-" : reason.substr(at + 2).c_str());
                 std::fflush(stdout);
             }
         }

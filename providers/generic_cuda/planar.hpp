@@ -1,4 +1,4 @@
-// generic_cuda: the planar_weights option's pieces (planar_q4.cu).
+// generic_cuda: the pieces of the planar_weights and block_lanes options (planar_q4.cu).
 #pragma once
 #include "kpr/provider.h"
 #include "kpr_cuda_gemv_args.cuh"
@@ -14,4 +14,10 @@ GemvLaunchFnPtr planar_launcher(uint32_t type);
 const char *planar_declines(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin);
 // GGUF rows -> planar rows (the legacy default stream; rows of all experts).
 cudaError_t planar_repack(const void *gguf, void *planar, uint64_t row_bytes, uint64_t rows, uint32_t nb);
+// Q4_K at one column read in place by the same kind of kernel (option block_lanes): the launcher (null:
+// none for `type`), why it cannot take `op` (null: it can), and whether `auto` takes it for `op` on `sms`
+// multiprocessors.
+GemvLaunchFnPtr block_lanes_launcher(uint32_t type);
+const char *block_lanes_declines(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin);
+bool block_lanes_auto(const kpr_op_desc *op, uint32_t sms);
 } // namespace kpr::generic_cuda

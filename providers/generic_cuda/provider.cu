@@ -61,6 +61,11 @@ const kpr_option_decl kOptions[] = {
      "bytes again as the tensor, counted in prepared bytes, shared by prepared ops on the same tensor) and run "
      "one-column calls on it, each thread owning one block position of every row",
      0, 0, nullptr},
+    {sizeof(kpr_option_decl), KPR_OPTION_STRING, "block_lanes", "auto",
+     "Q4_K at one column on compute capability 9.0: each thread owns one 32-weight position of every row "
+     "(its activations in registers), reading the GGUF rows in place: auto: where it measured faster than "
+     "the row kernel; on: wherever it fits; off: never",
+     0, 0, "auto,on,off"},
 };
 constexpr uint32_t kNOptions = sizeof(kOptions) / sizeof(kOptions[0]);
 
@@ -75,6 +80,14 @@ uint32_t mma_mode(const kpr_option_set *opts) {
     if (v != nullptr && std::strcmp(v, "on") == 0) return cuda::kMmaOn;
     if (v != nullptr && std::strcmp(v, "off") == 0) return cuda::kMmaOff;
     return cuda::kMmaAuto;
+}
+
+// block_lanes's value for op (the core has checked it against the choices)
+bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint32_t sms) {
+    const char *v = cuda::option_value(opts, "block_lanes");
+    if (v != nullptr && std::strcmp(v, "on") == 0) return true;
+    if (v != nullptr && std::strcmp(v, "off") == 0) return false;
+    return mma_mode(opts) != cuda::kMmaOn && block_lanes_auto(op, sms); // tile_kernel = on keeps the tile kernel
 }
 
 kpr_status p_init(const kpr_host_api *host, void **state, kpr_error *) {
@@ -153,6 +166,9 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
                        : cuda::stages_activations(op->weight_type)  ? ", staged with the weight chunks"
                                                                     : "";
     char planar[128] = "";
+    if (block_lanes_launcher(op->weight_type) != nullptr &&
+        block_lanes_declines(op, dev, dev->smem_per_block_optin) == nullptr && block_lanes_wanted(opts, op, dev->sm_count))
+        std::snprintf(planar, sizeof(planar), "; one column: a thread per 32-weight position of every row");
     if (cuda::option_bool(opts, "planar_weights", false) && planar_launcher(op->weight_type) != nullptr) {
         const char *no = planar_declines(op, dev, dev->smem_per_block_optin);
         if (no == nullptr) {
@@ -188,6 +204,10 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
                                                     bytes, fill, &p->one_column_copy, err);
             if (pst != KPR_OK) return pst;
             p->one_column_launch = planar_launcher(op->weight_type);
+        }
+        if (block_lanes_launcher(op->weight_type) != nullptr && p->sm80 &&
+            block_lanes_declines(op, dev, p->smem_optin) == nullptr) {
+            if (block_lanes_wanted(opts, op, p->sms)) p->one_column_launch = block_lanes_launcher(op->weight_type);
         }
         *out = reinterpret_cast<kpr_prepared *>(hold.release());
         return KPR_OK;
@@ -301,9 +321,11 @@ constexpr Shape kPlanarShapes[] = {
     {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
 };
 constexpr uint32_t kNPlanarShapes = sizeof(kPlanarShapes) / sizeof(kPlanarShapes[0]);
-constexpr uint32_t kPlanarTypes[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
+// Q4_K runs the same shapes with block_lanes = on (its GGUF rows in place; the 2080-wide rows become 2304).
+constexpr uint32_t kPlanarTypes[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL, KPR_TYPE_Q4_K};
 constexpr uint32_t kNPlanar = sizeof(kPlanarTypes) / sizeof(kPlanarTypes[0]) * kNPlanarShapes;
 const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}};
+const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
 uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar; }
 
@@ -343,12 +365,19 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
     const cuda::TypeDesc *td = cuda::type_desc(type);
     if (cols % td->qk) cols = (cols / 256 + 1) * 256;
     std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", tname, s->tag, s->ncols,
-                  tile_on ? " tile_kernel=on" : planar_on ? " planar_weights" : "");
+                  tile_on     ? " tile_kernel=on"
+                  : !planar_on ? ""
+                  : type == KPR_TYPE_Q4_K ? " block_lanes=on"
+                                          : " planar_weights");
     const bool fx = find_kernel(type)->float_x;
     cuda::CaseSpec c{names[index], KPR_SELFTEST_REFERENCE, s->op_kind, type, s->ncols, s->rows, cols,
                      s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
                      static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr,
-                     tile_on ? kTileOn : planar_on ? kPlanarOn : nullptr, tile_on || planar_on ? 1u : 0u};
+                     tile_on     ? kTileOn
+                     : !planar_on ? nullptr
+                     : type == KPR_TYPE_Q4_K ? kLanesOn
+                                             : kPlanarOn,
+                     tile_on || planar_on ? 1u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

@@ -409,3 +409,31 @@ TEST(GpuSharedCopies, GenericCudaPlanarWeights) {
     const kpr_option_value on{"planar_weights", "true"};
     check_shared_copy("generic_cuda", KPR_TYPE_Q4_0, 4096, 14336, &on, 1, 4096ull * 14336 / 32 * 18);
 }
+
+// generic_cuda's block_lanes option (Q4_K at one column, its GGUF rows read in place): auto takes it on more
+// than 32 rows per multiprocessor, where it measured faster; on / off override; tile_kernel = on keeps the
+// tile kernel under auto; rows wider than 16384 weights never take it.
+TEST(CudaNegotiation, GenericCudaBlockLanesOption) {
+    auto p = get("generic_cuda");
+    ASSERT_TRUE(p->ok()) << p->error;
+    auto lanes = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc, const char *mode,
+                     const char *tile_mode = nullptr) {
+        kpr_option_value ov[2] = {{"block_lanes", mode}, {"tile_kernel", tile_mode ? tile_mode : "auto"}};
+        kpr_offer o = ask(*p, gemv(type, rows, cols, nc), kH200, ov, 2);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        EXPECT_EQ(o.prepared_bytes, ask(*p, gemv(type, rows, cols, nc), kH200).prepared_bytes) << "no copy";
+        return std::strstr(o.reason, "one column: a thread per 32-weight position of every row") != nullptr;
+    };
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "auto"));  // 108 rows per SM
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 4225, 14336, 1, "auto"));  // just over 32 rows per SM of 132
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 4224, 14336, 1, "auto")); // 32 rows per SM: the row kernel
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 4096, 4096, 1, "auto"));
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 4, "auto")); // prepared for 4 columns, runs at 1
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 4096, 14336, 1, "on"));
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "off"));
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "auto", "on"));
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "on", "on"));
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 8192, 28672, 1, "on")); // wider than a 512-thread team
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_0, 14336, 4096, 1, "on"));  // Q4_K only
+    EXPECT_FALSE(lanes(KPR_TYPE_Q5_K, 14336, 4096, 1, "on"));
+}

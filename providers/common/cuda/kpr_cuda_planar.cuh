@@ -1,12 +1,16 @@
-// kpr_cuda_planar.cuh -- the one-column GEMV of the 4-bit 32-weight types (Q4_0, IQ4_NL) on a planar copy
-// of the weights, for compute capability 9.0 (generic_cuda's `planar_weights` option; measured in
-// docs/benchmarks.md, "The planar probe" and "Planar weights in generic_cuda").
+// kpr_cuda_planar.cuh -- one-column GEMV kernels in which each thread owns one 32-weight block position
+// of every row, for compute capability 9.0: Q4_0 and IQ4_NL on a planar copy of the weights (generic_cuda's
+// `planar_weights` option), Q4_K on its own GGUF rows (generic_cuda's `block_lanes` option). Measured in
+// docs/benchmarks.md, "The planar probe" and "Planar weights in generic_cuda".
 //
-// Planar layout: GGUF's bytes per row (18 per 32 weights) with each row split into its 16-byte nibble
-// blocks, then its f16 scales: row r = [nb x 16 bytes][nb x 2 bytes]. Every weight word is a 16-byte
-// aligned load, and a thread can own one 32-weight block position of every row.
+// Planar layout (Q4_0, IQ4_NL): GGUF's bytes per row (18 per 32 weights) with each row split into its
+// 16-byte nibble blocks, then its f16 scales: row r = [nb x 16 bytes][nb x 2 bytes]. Every weight word is
+// a 16-byte aligned load, and a thread can own one 32-weight block position of every row. Q4_K's 144-byte
+// super-blocks are 16-byte aligned already: thread 8 s + 2 g + h owns bytes 16 h .. 16 h + 15 of the
+// super-block's 32-byte group g (the low nibbles: 16 weights of sub-block 2 g, the high ones: 16 of
+// sub-block 2 g + 1) and reads the block's 16-byte head (d, dmin, the 12 scale bytes) beside them.
 //
-// The kernel: a team of ceil(nb / 32) warps covers a row, thread t owning block t of every row; its 32
+// The kernel: a team of ceil(nb / 32) warps covers a row (nb: 32-weight blocks per row); each thread's 32
 // activations are quantized once per call (the integers of quantize_act_q8_1) and kept in registers, so no
 // activation is read per row. Rows go to teams round-robin (the grid streams one window of the matrix),
 // two batches of four rows in flight per thread, the first two requested before the dependency wait. Four
@@ -21,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace kpr::cuda {
 
@@ -41,8 +46,8 @@ static __global__ void planar_repack_q4(const uint8_t *__restrict__ src, uint8_t
 
 struct PlanarArgs {
     const uint8_t *w;  // planar rows
-    uint64_t rb;       // row bytes (18 nb, a multiple of 16)
-    uint32_t rows, nb; // rows, 32-weight blocks per row
+    uint64_t rb;       // row bytes (a multiple of 16)
+    uint32_t rows, nb; // rows, 32-weight blocks per row (Q4_K too)
     uint32_t T;        // threads per team (a multiple of 32, >= nb)
     uint32_t cap;      // rows per team, rounded up to a batch pair (the partial sums' rows)
     const float *x;    // float activations (16-byte aligned; unused after the quantizer)
@@ -96,13 +101,11 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
 #endif
 }
 
-// 32 floats quantized by one thread: the quants packed in xw (values 4i..4i+3 in word i), the scale
-// rounded to f16 (dh) and the quant sum (sum): the same integers and scale as quantize_act_q8_1
-// (q8_1_quantize_quad's arithmetic over one thread's 32 values).
-__device__ __forceinline__ void quantize32_regs(const float (&v)[32], int (&xw)[8], float &dh, int &sum) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+// N floats (a multiple of 4) of one q8_1 block whose absolute maximum is amax, quantized: the quants packed
+// in xw (values 4i..4i+3 in word i), the block's scale rounded to f16 (dh) and these values' quant sum
+// (sum): the same integers and scale as quantize_act_q8_1 (q8_1_quantize_quad's arithmetic).
+template <int N>
+__device__ __forceinline__ void quantize_regs(const float (&v)[N], float amax, int (&xw)[N / 4], float &dh, int &sum) {
     const float dd = __fdiv_rn(amax, 127.0f);
     sum = 0;
     auto pack = [&](int i, int q0, int q1, int q2, int q3) {
@@ -118,22 +121,37 @@ __device__ __forceinline__ void quantize32_regs(const float (&v)[32], int (&xw)[
             return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, xv), q0)));
         };
 #pragma unroll
-        for (int i = 0; i < 8; ++i) pack(i, quant(v[4 * i]), quant(v[4 * i + 1]), quant(v[4 * i + 2]), quant(v[4 * i + 3]));
+        for (int i = 0; i < N / 4; ++i) pack(i, quant(v[4 * i]), quant(v[4 * i + 1]), quant(v[4 * i + 2]), quant(v[4 * i + 3]));
     } else {
         auto quant = [&](float xv) { return amax != 0.0f ? static_cast<int>(roundf(__fdiv_rn(xv, dd))) : 0; };
 #pragma unroll
-        for (int i = 0; i < 8; ++i) pack(i, quant(v[4 * i]), quant(v[4 * i + 1]), quant(v[4 * i + 2]), quant(v[4 * i + 3]));
+        for (int i = 0; i < N / 4; ++i) pack(i, quant(v[4 * i]), quant(v[4 * i + 1]), quant(v[4 * i + 2]), quant(v[4 * i + 3]));
     }
     dh = __half2float(__float2half_rn(dd));
+}
+template <int N>
+__device__ __forceinline__ float abs_max(const float (&v)[N]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    return amax;
+}
+// A whole 32-value block held by one thread.
+__device__ __forceinline__ void quantize32_regs(const float (&v)[32], int (&xw)[8], float &dh, int &sum) {
+    quantize_regs<32>(v, abs_max(v), xw, dh, sum);
+}
+template <int N>
+__device__ __forceinline__ void load_floats(const float *p, float (&v)[N]) { // 16-byte aligned
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+        const float4 f = __ldg(reinterpret_cast<const float4 *>(p) + i);
+        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
 }
 // The same from memory (16-byte aligned).
 __device__ __forceinline__ void quantize32(const float *xb, int (&xw)[8], float &dh, int &sum) {
     float v[32];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float4 f = __ldg(reinterpret_cast<const float4 *>(xb) + i);
-        v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-    }
+    load_floats(xb, v);
     quantize32_regs(v, xw, dh, sum);
 }
 
@@ -217,13 +235,47 @@ __device__ __forceinline__ void store_row_sums(const float *part0, const PlanarA
     }
 }
 
-// The kernel (compute capability 9.0: the dependency wait; elsewhere an empty body, never launched). NL:
-// IQ4_NL, else Q4_0. XQ: the activations from the q8_1 planes of generic_cuda's quantizer, else each thread
-// quantizes its own 32 from a.x.
-template <bool NL, bool XQ>
-__global__ void __launch_bounds__(kPlanarThreads, 1) planar_q4_gemv(const PlanarArgs a, const ActQ8 xq) {
+// The formats the kernel reads.
+enum PlanarFormat : int {
+    kPlanarQ4_0 = 0,   // planar copy of Q4_0 rows
+    kPlanarIQ4_NL = 1, // planar copy of IQ4_NL rows
+    kLanesQ4_K = 2,    // Q4_K's own GGUF rows
+};
+
+// Q4_K: one row's contribution of this thread's 16 + 16 weights. q: the 16 nibble bytes; h: the
+// super-block's head (d | dmin << 16, then the 12 scale bytes); xw: the activations of the low nibbles in
+// words 0..3 and of the high ones in 4..7; dh / sh: their blocks' scales and dh times this thread's quant
+// sum; hi_group: the thread's group is 2 or 3 (sub-blocks 4..7); shift: 16 * (group & 1).
+__device__ __forceinline__ float q4k_lane_row(const uint32_t (&q)[4], const uint4 &h, const int (&xw)[8],
+                                              const float (&dh)[2], const float (&sh)[2], bool hi_group,
+                                              uint32_t shift) {
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        lo = dp4a(static_cast<int>(q[i] & 0x0F0F0F0Fu), xw[i], lo);
+        hi = dp4a_us(q[i] & 0xF0F0F0F0u, xw[4 + i], hi);
+    }
+    hi >>= 4;
+    // k4_scale_min's bytes for sub-blocks 2 g and 2 g + 1, four at a time
+    const uint32_t scw = hi_group ? (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3F3F3F3Fu;
+    const uint32_t mw = hi_group ? ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3F3F3F3Fu;
+    const uint32_t sc = scw >> shift, m = mw >> shift;
+    const float d = f16_to_float(static_cast<uint16_t>(h.x)), dmin = f16_to_float(static_cast<uint16_t>(h.x >> 16));
+    const float t = __fmaf_rn(static_cast<float>(static_cast<int>((sc >> 8) & 0xFFu) * hi), dh[1],
+                              __fmul_rn(static_cast<float>(static_cast<int>(sc & 0xFFu) * lo), dh[0]));
+    const float u = __fmaf_rn(static_cast<float>((m >> 8) & 0xFFu), sh[1], __fmul_rn(static_cast<float>(m & 0xFFu), sh[0]));
+    return __fmaf_rn(d, t, -__fmul_rn(dmin, u));
+}
+
+// The kernel (compute capability 9.0: the dependency wait; elsewhere an empty body, never launched). F: a
+// PlanarFormat. XQ: the activations from the q8_1 planes of generic_cuda's quantizer, else each thread
+// quantizes its own from a.x.
+template <int F, bool XQ>
+__global__ void __launch_bounds__(kPlanarThreads, 1) planar_gemv(const PlanarArgs a, const ActQ8 xq) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 900
+    constexpr bool NL = F == kPlanarIQ4_NL, K4 = F == kLanesQ4_K;
     constexpr uint32_t R = kPlanarRowsPerBatch;
+    using Aux = std::conditional_t<K4, uint4, uint32_t>; // per row beside the 16 weight bytes: the scale / the head
     extern __shared__ __align__(16) float part0[];
     const uint32_t T = a.T, tid = threadIdx.x, lane = tid & 31u;
     const uint32_t tpb = blockDim.x / T, tm = tid / T, tt = tid % T, wpt = T / 32, wt = tt / 32;
@@ -233,20 +285,24 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_q4_gemv(const Planar
     float *part = part0 + size_t(tm) * a.cap * wpt;
     const bool has = tt < a.nb;
     const uint64_t rstride = uint64_t(teams) * a.rb;
-    const uint8_t *src = a.w + uint64_t(g) * a.rb + 16 * tt;
-    const int64_t sdelta = int64_t(16) * a.nb - 14 * int64_t(tt); // this thread's scale, from its word
+    // this thread's 16 weight bytes in row g, and (from them) its scale or its super-block's head
+    const uint64_t woff = K4 ? 144 * uint64_t(tt >> 3) + 16 + 16 * (tt & 7u) : 16 * uint64_t(tt);
+    const int64_t adelta = K4 ? -16 - 16 * int64_t(tt & 7u) : int64_t(16) * a.nb - 14 * int64_t(tt);
+    const uint8_t *src = a.w + uint64_t(g) * a.rb + woff;
     uint32_t next_row = g;
     uint4 qa[R], qb[R];
-    uint32_t da[R], db[R];
-    auto load = [&](uint4 (&q)[R], uint32_t (&d)[R]) {
+    Aux da[R], db[R];
+    auto load = [&](uint4 (&q)[R], Aux (&d)[R]) {
 #pragma unroll
         for (uint32_t r = 0; r < R; ++r) {
             if (has && next_row < a.rows) {
                 q[r] = ldg_stream(src);
-                d[r] = ldg_u16(src + sdelta);
+                if constexpr (K4) d[r] = ldg_stream(src + adelta);
+                else d[r] = ldg_u16(src + adelta);
             } else {
                 q[r] = make_uint4(0, 0, 0, 0);
-                d[r] = 0;
+                if constexpr (K4) d[r] = make_uint4(0, 0, 0, 0);
+                else d[r] = 0;
             }
             src += rstride;
             next_row += teams;
@@ -257,31 +313,81 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_q4_gemv(const Planar
     pdl_launch_dependents();
     pdl_wait();
     int xw[8], xn[8];
-    float dx = 0.0f;
-    int sum = 0;
-    if (!has) {
+    float dx = 0.0f, dh2[2] = {0.0f, 0.0f}, sh2[2] = {0.0f, 0.0f};
+    int c0 = 0;
+    if constexpr (K4) {
+        // the thread's 16 + 16 activations: the low nibbles' from sub-block 2 g, the high ones' 32 further;
+        // each q8_1 block is shared with the partner thread (tt ^ 1)
+        const uint32_t xo = 256 * (tt >> 3) + 64 * ((tt >> 1) & 3u) + 16 * (tt & 1u);
+        int sum[2] = {0, 0};
+        if constexpr (XQ) {
+            if (has) {
+                const int4 q0 = __ldg(reinterpret_cast<const int4 *>(xq.q + xo));
+                const int4 q1 = __ldg(reinterpret_cast<const int4 *>(xq.q + xo + 32));
+                xw[0] = q0.x, xw[1] = q0.y, xw[2] = q0.z, xw[3] = q0.w, xw[4] = q1.x, xw[5] = q1.y, xw[6] = q1.z, xw[7] = q1.w;
+                dh2[0] = __ldg(xq.d + xo / 32);
+                dh2[1] = __ldg(xq.d + xo / 32 + 1);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) xw[i] = 0;
-    } else if constexpr (XQ) { // the quant sum from the quants themselves
-        const int4 q0 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)));
-        const int4 q1 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)) + 1);
-        xw[0] = q0.x, xw[1] = q0.y, xw[2] = q0.z, xw[3] = q0.w, xw[4] = q1.x, xw[5] = q1.y, xw[6] = q1.z, xw[7] = q1.w;
-        dx = __ldg(xq.d + tt);
+                for (int i = 0; i < 4; ++i) {
+                    sum[0] = dp4a(xw[i], 0x01010101, sum[0]);
+                    sum[1] = dp4a(xw[4 + i], 0x01010101, sum[1]);
+                }
+            } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) sum = dp4a(xw[i], 0x01010101, sum);
+                for (int i = 0; i < 8; ++i) xw[i] = 0;
+            }
+        } else {
+            float v0[16], v1[16];
+            if (has) {
+                load_floats(a.x + xo, v0);
+                load_floats(a.x + xo + 32, v1);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; ++i) v0[i] = v1[i] = 0.0f;
+            }
+            float m0 = abs_max(v0), m1 = abs_max(v1);
+            m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+            m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+            int w0[4], w1[4];
+            quantize_regs<16>(v0, m0, w0, dh2[0], sum[0]);
+            quantize_regs<16>(v1, m1, w1, dh2[1], sum[1]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) xw[i] = w0[i], xw[4 + i] = w1[i];
+        }
+        sh2[0] = __fmul_rn(dh2[0], static_cast<float>(sum[0]));
+        sh2[1] = __fmul_rn(dh2[1], static_cast<float>(sum[1]));
     } else {
-        quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
+        int sum = 0;
+        if (!has) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) xw[i] = 0;
+        } else if constexpr (XQ) { // the quant sum from the quants themselves
+            const int4 q0 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)));
+            const int4 q1 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)) + 1);
+            xw[0] = q0.x, xw[1] = q0.y, xw[2] = q0.z, xw[3] = q0.w, xw[4] = q1.x, xw[5] = q1.y, xw[6] = q1.z, xw[7] = q1.w;
+            dx = __ldg(xq.d + tt);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sum = dp4a(xw[i], 0x01010101, sum);
+        } else {
+            quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
+        }
+        c0 = -8 * sum;
+        if constexpr (NL) planar_nl_order(xw, xn);
     }
-    const int c0 = -8 * sum;
-    if constexpr (NL) planar_nl_order(xw, xn);
-    auto compute = [&](uint32_t k, const uint4 (&q4)[R], const uint32_t (&dd)[R]) {
+    const bool hi_group = (tt >> 1) & 2u;
+    const uint32_t shift = 16 * ((tt >> 1) & 1u);
+    auto compute = [&](uint32_t k, const uint4 (&q4)[R], const Aux (&dd)[R]) {
         float acc[R];
 #pragma unroll
         for (uint32_t r = 0; r < R; ++r) {
             const uint32_t q[4] = {q4[r].x, q4[r].y, q4[r].z, q4[r].w};
-            const float d = f16_to_float(static_cast<uint16_t>(dd[r]));
-            const int s = dot_q4_block<NL>(q, xw, xn, c0);
-            acc[r] = __fmul_rn(static_cast<float>(s), __fmul_rn(d, dx));
+            if constexpr (K4) {
+                acc[r] = q4k_lane_row(q, dd[r], xw, dh2, sh2, hi_group, shift);
+            } else {
+                const float d = f16_to_float(static_cast<uint16_t>(dd[r]));
+                const int s = dot_q4_block<NL>(q, xw, xn, c0);
+                acc[r] = __fmul_rn(static_cast<float>(s), __fmul_rn(d, dx));
+            }
         }
         const float v = reduce_scatter_rows<R>(acc, lane);
         if ((lane & 7u) == 0) part[(k * R + (lane >> 3)) * wpt + wt] = v;
@@ -298,10 +404,10 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_q4_gemv(const Planar
 #endif
 }
 
-template <bool NL, bool XQ>
+template <int F, bool XQ>
 inline cudaError_t launch_planar_kernel(const PlanarArgs &a, uint32_t blocks, uint32_t threads, uint32_t smem, bool pdl,
                                         cudaStream_t s, const ActQ8 &xq) {
-    auto k = planar_q4_gemv<NL, XQ>;
+    auto k = planar_gemv<F, XQ>;
     static std::atomic<uint32_t> raised{48 * 1024}; // the dynamic shared memory limit set on this instance
     if (smem > raised.load()) {
         const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -314,16 +420,16 @@ inline cudaError_t launch_planar_kernel(const PlanarArgs &a, uint32_t blocks, ui
 // One call on `sms` blocks: the kernel alone (each thread quantizing its activations; a.x 16-byte aligned),
 // or (two_kernels) generic_cuda's quantizer into xq, then the kernel on its planes. pdl: the launches may
 // overlap the kernel before them (9.0).
-template <bool NL>
-inline cudaError_t launch_planar_q4(PlanarArgs a, const PlanarPlan &plan, uint32_t sms, bool two_kernels, const ActQ8 &xq,
-                                    bool pdl, cudaStream_t s) {
+template <int F>
+inline cudaError_t launch_planar(PlanarArgs a, const PlanarPlan &plan, uint32_t sms, bool two_kernels, const ActQ8 &xq,
+                                 bool pdl, cudaStream_t s) {
     a.T = plan.T;
     a.cap = plan.cap;
     const uint32_t threads = plan.tpb * plan.T;
-    if (!two_kernels) return launch_planar_kernel<NL, false>(a, sms, threads, plan.smem, pdl, s, xq);
+    if (!two_kernels) return launch_planar_kernel<F, false>(a, sms, threads, plan.smem, pdl, s, xq);
     const cudaError_t e = launch_quantize_act_q8_1(a.x, size_t(a.nb) * 32, xq, pdl, s);
     if (e != cudaSuccess) return e;
-    return launch_planar_kernel<NL, true>(a, sms, threads, plan.smem, pdl, s, xq);
+    return launch_planar_kernel<F, true>(a, sms, threads, plan.smem, pdl, s, xq);
 }
 
 } // namespace kpr::cuda

@@ -31,8 +31,9 @@ struct GemvPrepared {
     uint32_t smem_sm = 0;    // shared memory per multiprocessor
     GemvLaunchFn launch = nullptr;
     std::unique_ptr<StreamScratch> scratch;
-    // (optional) a repacked copy of the weights and the launcher that reads it at one column (generic_cuda's
-    // planar_weights); other column counts read the caller's weights
+    // (optional) the launcher of one-column calls, and the repacked copy of the weights it reads (null: it
+    // reads the caller's; generic_cuda's planar_weights and block_lanes); other column counts read the
+    // caller's weights with `launch`
     std::shared_ptr<WeightCopy> one_column_copy;
     GemvLaunchFn one_column_launch = nullptr;
 };
@@ -144,7 +145,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;
     if (ncols == 1 && p.one_column_launch != nullptr && !p.float_x) {
-        a.w = static_cast<const uint8_t *>(p.one_column_copy->data);
+        if (p.one_column_copy) a.w = static_cast<const uint8_t *>(p.one_column_copy->data);
         e = p.one_column_launch(a, 1, 1, pdl, s);
     } else {
         e = p.launch(a, grouped ? 1u : ncols, tasks, pdl, s);

@@ -10,12 +10,12 @@
 //
 //   kpr_cuda_bench [--providers generic_cuda,sm60_q8,iq_stage_tables] [--types q8_0,q4_0,...]
 //                  [--ncols 1,2,4,8] [--shapes 4096x14336,14336x4096] [--no-moe] [--breakdown]
-//                  [--tile-vs-row] [--planar] [--ab OPTION=A,B]
+//                  [--tile-vs-row] [--planar] [--ab OPTION=A,B [--with OPTION=V]]
 // Prints a markdown table. --tile-vs-row: for the types with a tensor-core tile kernel, it against the
 // row kernels (whole calls, 2..8 columns, the --types / --shapes / --ncols given), and mma_serves's pick.
-// --ab OPTION=A,B: generic_cuda with its option OPTION = A and = B, one column, alternating twice per type
-// and shape (the --types / --shapes given), and what the offer says with B. --planar: --ab
-// planar_weights=false,true.
+// --ab OPTION=A,B: generic_cuda with its option OPTION = A and = B (and --with's option in both),
+// alternating twice per type, shape and ncols (the --types / --shapes / --ncols given), and what the offer
+// says with B. --planar: --ab planar_weights=false,true.
 #include "../../tests/gpu/harness.hpp"
 
 #include "bench_timing.cuh"
@@ -381,7 +381,7 @@ int main(int argc, char **argv) {
     std::vector<uint32_t> ncols = {1, 2, 4, 8};
     std::vector<std::pair<uint32_t, uint32_t>> shapes = {{4096, 14336}}; // rows x cols
     bool moe = true, breakdown_only = false, tile_only = false;
-    std::string ab; // --ab OPTION=A,B
+    std::string ab, with; // --ab OPTION=A,B, --with OPTION=V
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--providers" && i + 1 < argc) providers = split(argv[++i]);
@@ -405,6 +405,7 @@ int main(int argc, char **argv) {
         else if (a == "--tile-vs-row") tile_only = true;
         else if (a == "--planar") ab = "planar_weights=false,true";
         else if (a == "--ab" && i + 1 < argc) ab = argv[++i];
+        else if (a == "--with" && i + 1 < argc) with = argv[++i];
     }
     if (!gpu_present()) {
         std::fprintf(stderr, "no CUDA GPU\n");
@@ -429,36 +430,49 @@ int main(int argc, char **argv) {
             std::fprintf(stderr, "generic_cuda: %s\n", p->error.c_str());
             return 1;
         }
-        std::printf("| type | shape | %s = %s (us) | = %s (us) | A / B | fraction of read bw (A, B) | offer with B |\n",
+        std::printf("| type | shape | ncols | %s = %s (us) | = %s (us) | A / B | fraction of read bw (A, B) | offer with "
+                    "B |\n",
                     opt.c_str(), va.c_str(), vb.c_str());
-        std::printf("|---|---|---:|---:|---:|---|---|\n");
+        std::printf("|---|---|---:|---:|---:|---:|---|---|\n");
         auto type_id = [](const std::string &n) -> uint32_t {
             for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 14u, 18u, 20u, 21u, 23u, 30u})
                 if (n == tinfo(id)->name) return id;
             return 999;
         };
+        std::string wn, wv; // --with
+        if (!with.empty()) {
+            const size_t weq = with.find('=');
+            if (weq == std::string::npos) {
+                std::fprintf(stderr, "--with: '%s' is not OPTION=V\n", with.c_str());
+                return 2;
+            }
+            wn = with.substr(0, weq), wv = with.substr(weq + 1);
+        }
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
             if (t == 999) continue;
-            for (const auto &shape : shapes) {
-                const auto rows = shape.first, cols = shape.second;
-                auto run = [&](const std::string &v, bool query_only = false) {
-                    BenchCase bc{"generic_cuda", t, rows, cols, 1, false, 1, 1, {{opt.c_str(), v.c_str()}}};
-                    return bench(*p, bc, dev, s, query_only);
-                };
-                const BenchResult a1 = run(va), b1 = run(vb), a2 = run(va), b2 = run(vb);
-                if (!a1.ok || !b1.ok || !a2.ok || !b2.ok) {
-                    std::printf("| %s | %ux%u | - | - | - | - | %s%s |\n", tn.c_str(), rows, cols, a1.note.c_str(),
-                                b1.note.c_str());
-                    continue;
+            for (const auto &shape : shapes)
+                for (uint32_t nc : ncols) {
+                    const auto rows = shape.first, cols = shape.second;
+                    auto run = [&](const std::string &v, bool query_only = false) {
+                        BenchCase bc{"generic_cuda", t, rows, cols, nc, false, 1, 1, {{opt.c_str(), v.c_str()}}};
+                        if (!wn.empty()) bc.options.push_back({wn.c_str(), wv.c_str()});
+                        return bench(*p, bc, dev, s, query_only);
+                    };
+                    const BenchResult a1 = run(va), b1 = run(vb), a2 = run(va), b2 = run(vb);
+                    if (!a1.ok || !b1.ok || !a2.ok || !b2.ok) {
+                        std::printf("| %s | %ux%u | %u | - | - | - | - | %s%s |\n", tn.c_str(), rows, cols, nc,
+                                    a1.note.c_str(), b1.note.c_str());
+                        continue;
+                    }
+                    const std::string reason = run(vb, true).reason;
+                    const size_t at = reason.find("; ");
+                    std::printf("| %s | %ux%u | %u | %.2f, %.2f | %.2f, %.2f | %.2f | %.2f, %.2f | %s |\n", tn.c_str(), rows,
+                                cols, nc, a1.us, a2.us, b1.us, b2.us, (a1.us + a2.us) / (b1.us + b2.us),
+                                (a1.gbs + a2.gbs) / 2 / bw, (b1.gbs + b2.gbs) / 2 / bw,
+                                at == std::string::npos ? "-" : reason.substr(at + 2).c_str());
+                    std::fflush(stdout);
                 }
-                const std::string reason = run(vb, true).reason;
-                const size_t at = reason.find("; ");
-                std::printf("| %s | %ux%u | %.2f, %.2f | %.2f, %.2f | %.2f | %.2f, %.2f | %s |\n", tn.c_str(), rows, cols,
-                            a1.us, a2.us, b1.us, b2.us, (a1.us + a2.us) / (b1.us + b2.us), (a1.gbs + a2.gbs) / 2 / bw,
-                            (b1.gbs + b2.gbs) / 2 / bw, at == std::string::npos ? "-" : reason.substr(at + 2).c_str());
-                std::fflush(stdout);
-            }
         }
         return 0;
     }

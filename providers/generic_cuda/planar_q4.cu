@@ -12,26 +12,34 @@ namespace {
 // the per-thread quantization (docs/benchmarks.md, "Planar weights in generic_cuda").
 constexpr uint64_t kOneKernelWeights = uint64_t(1) << 25;
 
-template <int F>
-cudaError_t launch_lanes(const cuda::GemvArgs &a, uint32_t, uint32_t, bool pdl, cudaStream_t s) {
+template <int F, int NC>
+cudaError_t launch_lanes_nc(const cuda::GemvArgs &a, bool pdl, cudaStream_t s) {
     const uint32_t nb32 = F == cuda::kLanesQ4_K ? a.nb * 8 : a.nb; // GemvArgs::nb counts the type's blocks
     cuda::PlanarPlan plan;
-    if (!cuda::planar_plan(a.rows, nb32, a.sms, a.smem_optin, &plan)) return cudaErrorNotSupported;
+    if (!cuda::planar_plan(a.rows, nb32, a.sms, a.smem_optin, &plan, NC)) return cudaErrorNotSupported;
     const bool one_kernel =
         uint64_t(a.rows) * nb32 * 32 >= kOneKernelWeights && reinterpret_cast<uintptr_t>(a.xf) % 16 == 0;
     const cuda::PlanarArgs pa{a.w, a.row_bytes, a.rows, nb32, 0, 0, a.xf, a.y};
     const cuda::ActQ8 xq{a.x.q, a.x.d, a.x.s, a.x.cols};
-    return cuda::launch_planar<F>(pa, plan, a.sms, !one_kernel, xq, pdl, s);
+    return cuda::launch_planar<F, NC>(pa, plan, a.sms, !one_kernel, xq, pdl, s);
+}
+
+template <int F>
+cudaError_t launch_lanes(const cuda::GemvArgs &a, uint32_t ncols, uint32_t, bool pdl, cudaStream_t s) {
+    if (ncols == 1) return launch_lanes_nc<F, 1>(a, pdl, s);
+    if (ncols == 2) return launch_lanes_nc<F, 2>(a, pdl, s);
+    return cudaErrorNotSupported;
 }
 
 const char *lanes_declines(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin) {
     if (op->kind != KPR_OP_GEMV) return "grouped gemv";
+    // (the plan for 2 columns needs the most shared memory: if it fits, both do)
     if (dev->cc_major < 9) return "compute capability below 9.0";
     if (op->cols % 256 != 0) return "rows not a multiple of 256 weights (16-byte aligned planar rows)";
     cuda::PlanarPlan plan;
     if (op->rows > UINT32_MAX ||
         !cuda::planar_plan(static_cast<uint32_t>(op->rows), static_cast<uint32_t>(op->cols / 32), dev->sm_count,
-                           smem_optin, &plan))
+                           smem_optin, &plan, 2))
         return "rows wider than 16384 weights, or row sums beyond the shared memory of a block";
     return nullptr;
 }
@@ -66,7 +74,9 @@ const char *block_lanes_declines(const kpr_op_desc *op, const kpr_device_desc *d
     return lanes_declines(op, dev, smem_optin);
 }
 
-bool block_lanes_auto(const kpr_op_desc *op, uint32_t sms) {
+bool lanes_auto(const kpr_op_desc *op, uint32_t sms, uint32_t ncols) {
+    if (op->weight_type != KPR_TYPE_Q4_K) return ncols == 1; // the planar copy: made for one column
+    if (ncols != 1) return false;
     // Measured on the H200 (docs/benchmarks.md, "Q4_K with a thread per block position"): faster than the
     // row kernel on every shape with more than 32 rows per multiprocessor (14336 x 4096 1.24x, 5120 x
     // 13824 1.24x, 11008 x 4096 1.11x, 8192 x 8192 1.07x, 28672 x 8192 1.16x), slower on the shapes with

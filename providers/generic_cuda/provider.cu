@@ -5,6 +5,7 @@
 #include "kpr_cuda_run.cuh"
 #include "planar.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -82,12 +83,40 @@ uint32_t mma_mode(const kpr_option_set *opts) {
     return cuda::kMmaAuto;
 }
 
-// block_lanes's value for op (the core has checked it against the choices)
-bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint32_t sms) {
+// block_lanes's value for op at ncols columns (the core has checked it against the choices)
+bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint32_t sms, uint32_t ncols) {
     const char *v = cuda::option_value(opts, "block_lanes");
     if (v != nullptr && std::strcmp(v, "on") == 0) return true;
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
-    return mma_mode(opts) != cuda::kMmaOn && block_lanes_auto(op, sms); // tile_kernel = on keeps the tile kernel
+    return mma_mode(opts) != cuda::kMmaOn && lanes_auto(op, sms, ncols); // tile_kernel = on keeps the tile kernel
+}
+
+// What the lanes kernel (planar_q4.cu) will do for op, decided once for query and prepare: its launcher,
+// whether it reads a planar copy, the column counts it takes (bit c - 1 for c columns), or why it cannot.
+struct LanesPlan {
+    GemvLaunchFnPtr launch = nullptr;
+    bool copy = false;
+    uint32_t mask = 0;
+    const char *no = nullptr; // why there is no planar copy although planar_weights asks for one
+};
+LanesPlan lanes_plan(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin,
+                     const kpr_option_set *opts) {
+    LanesPlan L;
+    if (cuda::option_bool(opts, "planar_weights", false) && planar_launcher(op->weight_type) != nullptr) {
+        L.no = planar_declines(op, dev, smem_optin);
+        if (L.no == nullptr) L.launch = planar_launcher(op->weight_type), L.copy = true;
+    } else if (block_lanes_launcher(op->weight_type) != nullptr &&
+               block_lanes_declines(op, dev, smem_optin) == nullptr) {
+        L.launch = block_lanes_launcher(op->weight_type);
+    }
+    if (L.launch == nullptr) return L;
+    for (uint32_t c = 1; c <= std::min<uint32_t>(kLanesMaxColumns, op->ncols); ++c)
+        if (block_lanes_wanted(opts, op, dev->sm_count, c)) L.mask |= 1u << (c - 1);
+    if (L.mask == 0) {
+        if (L.copy) L.no = "block_lanes takes no column count of this op";
+        L = LanesPlan{nullptr, false, 0, L.no};
+    }
+    return L;
 }
 
 kpr_status p_init(const kpr_host_api *host, void **state, kpr_error *) {
@@ -165,19 +194,16 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
                        : cuda::copies_whole_vector(op->weight_type) ? ", the vector in shared memory per block where it fits"
                        : cuda::stages_activations(op->weight_type)  ? ", staged with the weight chunks"
                                                                     : "";
-    char planar[128] = "";
-    if (block_lanes_launcher(op->weight_type) != nullptr &&
-        block_lanes_declines(op, dev, dev->smem_per_block_optin) == nullptr && block_lanes_wanted(opts, op, dev->sm_count))
-        std::snprintf(planar, sizeof(planar), "; one column: a thread per 32-weight position of every row");
-    if (cuda::option_bool(opts, "planar_weights", false) && planar_launcher(op->weight_type) != nullptr) {
-        const char *no = planar_declines(op, dev, dev->smem_per_block_optin);
-        if (no == nullptr) {
-            offer->prepared_bytes += weight_bytes(op, td);
-            std::snprintf(planar, sizeof(planar), "; one column on a planar copy (%.1f MiB)",
-                          weight_bytes(op, td) / 1048576.0);
-        } else {
-            std::snprintf(planar, sizeof(planar), "; no planar copy: %s", no);
-        }
+    char planar[160] = "";
+    const LanesPlan L = lanes_plan(op, dev, dev->smem_per_block_optin, opts);
+    if (L.launch != nullptr) {
+        if (L.copy) offer->prepared_bytes += weight_bytes(op, td);
+        char copy[64] = "";
+        if (L.copy) std::snprintf(copy, sizeof(copy), ", on a planar copy (%.1f MiB)", weight_bytes(op, td) / 1048576.0);
+        std::snprintf(planar, sizeof(planar), "; %s: a thread per 32-weight position of every row%s",
+                      L.mask == 3 ? "1-2 columns" : L.mask == 1 ? "1 column" : "2 columns", copy);
+    } else if (L.no != nullptr) {
+        std::snprintf(planar, sizeof(planar), "; no planar copy: %s", L.no);
     }
     cuda::set_reason(offer, "%s %s, ncols %u, %s activations%s, %s%s", td->name,
                      op->kind == KPR_OP_GEMV ? "gemv" : "grouped gemv (ids on the device)", op->ncols,
@@ -195,20 +221,17 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         if (st != KPR_OK) return st;
         std::unique_ptr<cuda::GemvPrepared> hold(p);
         p->mma_mode = mma_mode(opts);
-        if (cuda::option_bool(opts, "planar_weights", false) && p->sm80 && planar_launcher(op->weight_type) &&
-            planar_declines(op, dev, p->smem_optin) == nullptr) {
+        const LanesPlan L = p->sm80 ? lanes_plan(op, dev, p->smem_optin, opts) : LanesPlan{};
+        if (L.copy) {
             const uint64_t bytes = w->bytes, rb = p->row_bytes, rows = op->rows;
             const uint32_t nb = static_cast<uint32_t>(op->cols / 32);
             auto fill = [&](void *dst) { return planar_repack(w->data, dst, rb, rows, nb); };
             const kpr_status pst = g_planar.acquire(cuda::WeightCopyKey{w->identity, w->data, bytes, dev->ordinal, 1u},
-                                                    bytes, fill, &p->one_column_copy, err);
+                                                    bytes, fill, &p->lanes_copy, err);
             if (pst != KPR_OK) return pst;
-            p->one_column_launch = planar_launcher(op->weight_type);
         }
-        if (block_lanes_launcher(op->weight_type) != nullptr && p->sm80 &&
-            block_lanes_declines(op, dev, p->smem_optin) == nullptr) {
-            if (block_lanes_wanted(opts, op, p->sms)) p->one_column_launch = block_lanes_launcher(op->weight_type);
-        }
+        p->lanes_launch = L.launch;
+        p->lanes_mask = L.mask;
         *out = reinterpret_cast<kpr_prepared *>(hold.release());
         return KPR_OK;
     } catch (const std::exception &e) {
@@ -308,7 +331,8 @@ constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, 
 constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
 
-// planar_weights = true at one column (Q4_0, IQ4_NL): one kernel per call (>= 2^25 weights) and the
+// The lanes kernel forced on (block_lanes = on; Q4_0 and IQ4_NL with planar_weights = true) at one and two
+// columns: one kernel per call (>= 2^25 weights) and the
 // quantizer + kernel (smaller), odd row counts, several teams per block (4097 x 512: 16), a team of 512
 // threads (16384 columns), and shapes the planar path does not take (rows of 2080 weights are not 16-byte
 // aligned; 28672 columns are wider than a team), which must fall back to the GGUF-layout kernels.
@@ -318,13 +342,16 @@ constexpr Shape kPlanarShapes[] = {
     {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
     {"509x16384", KPR_OP_GEMV, 509, 16384, 1, 1, 1, 1},   {"2053x16384", KPR_OP_GEMV, 2053, 16384, 1, 1, 1, 1},
     {"257x2080", KPR_OP_GEMV, 257, 2080, 1, 1, 1, 1},     {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},
-    {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
+    {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 2, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 2, 1, 1, 1}, {"4096x4096", KPR_OP_GEMV, 4096, 4096, 2, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 2, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 2, 1, 1, 1},
+    {"2053x16384", KPR_OP_GEMV, 2053, 16384, 2, 1, 1, 1},
 };
 constexpr uint32_t kNPlanarShapes = sizeof(kPlanarShapes) / sizeof(kPlanarShapes[0]);
 // Q4_K runs the same shapes with block_lanes = on (its GGUF rows in place; the 2080-wide rows become 2304).
 constexpr uint32_t kPlanarTypes[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL, KPR_TYPE_Q4_K};
 constexpr uint32_t kNPlanar = sizeof(kPlanarTypes) / sizeof(kPlanarTypes[0]) * kNPlanarShapes;
-const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}};
+const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes", "on"}};
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
 uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar; }
@@ -368,7 +395,7 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
                   tile_on     ? " tile_kernel=on"
                   : !planar_on ? ""
                   : type == KPR_TYPE_Q4_K ? " block_lanes=on"
-                                          : " planar_weights");
+                                          : " planar_weights block_lanes=on");
     const bool fx = find_kernel(type)->float_x;
     cuda::CaseSpec c{names[index], KPR_SELFTEST_REFERENCE, s->op_kind, type, s->ncols, s->rows, cols,
                      s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
@@ -377,7 +404,7 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
                      : !planar_on ? nullptr
                      : type == KPR_TYPE_Q4_K ? kLanesOn
                                              : kPlanarOn,
-                     tile_on || planar_on ? 1u : 0u};
+                     tile_on || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

@@ -305,7 +305,9 @@ TEST(CudaNegotiation, GenericCudaPlanarWeightsOption) {
     const kpr_offer q4 = ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 14336, 1), kH200, &on, 1);
     EXPECT_TRUE(q4.accepted) << q4.reason;
     EXPECT_EQ(q4.prepared_bytes, base.prepared_bytes + q4_bytes);
-    EXPECT_NE(std::strstr(q4.reason, "one column on a planar copy (31.5 MiB)"), nullptr) << q4.reason;
+    EXPECT_NE(std::strstr(q4.reason, "1 column: a thread per 32-weight position of every row, on a planar copy (31.5 MiB)"),
+              nullptr)
+        << q4.reason;
     const kpr_offer nl = ask(*p, gemv(KPR_TYPE_IQ4_NL, 14336, 4096, 4), kH200, &on, 1);
     EXPECT_NE(std::strstr(nl.reason, "planar copy"), nullptr) << nl.reason; // prepared at 4 columns, run at 1
     const kpr_offer q8 = ask(*p, gemv(KPR_TYPE_Q8_0, 4096, 14336, 1), kH200, &on, 1);
@@ -422,7 +424,7 @@ TEST(CudaNegotiation, GenericCudaBlockLanesOption) {
         kpr_offer o = ask(*p, gemv(type, rows, cols, nc), kH200, ov, 2);
         EXPECT_TRUE(o.accepted) << o.reason;
         EXPECT_EQ(o.prepared_bytes, ask(*p, gemv(type, rows, cols, nc), kH200).prepared_bytes) << "no copy";
-        return std::strstr(o.reason, "one column: a thread per 32-weight position of every row") != nullptr;
+        return std::strstr(o.reason, "a thread per 32-weight position of every row") != nullptr;
     };
     EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "auto"));  // 108 rows per SM
     EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 4225, 14336, 1, "auto"));  // just over 32 rows per SM of 132
@@ -436,4 +438,12 @@ TEST(CudaNegotiation, GenericCudaBlockLanesOption) {
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 8192, 28672, 1, "on")); // wider than a 512-thread team
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_0, 14336, 4096, 1, "on"));  // Q4_K only
     EXPECT_FALSE(lanes(KPR_TYPE_Q5_K, 14336, 4096, 1, "on"));
+    kpr_option_value on2[1] = {{"block_lanes", "on"}};
+    const kpr_offer two = ask(*p, gemv(KPR_TYPE_Q4_K, 4096, 4096, 8), kH200, on2, 1);
+    EXPECT_NE(std::strstr(two.reason, "; 1-2 columns: a thread per 32-weight position"), nullptr) << two.reason;
+    kpr_option_value planar_off[2] = {{"planar_weights", "true"}, {"block_lanes", "off"}};
+    const kpr_offer none = ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 4096, 1), kH200, planar_off, 2);
+    EXPECT_EQ(none.prepared_bytes, ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 4096, 1), kH200).prepared_bytes);
+    EXPECT_NE(std::strstr(none.reason, "no planar copy: block_lanes takes no column count of this op"), nullptr)
+        << none.reason;
 }

@@ -57,20 +57,21 @@ struct PlanarArgs {
 // A call's launch geometry: one 512-thread block per multiprocessor, tpb teams of T threads per block.
 struct PlanarPlan {
     uint32_t T = 0, tpb = 0, cap = 0;
-    uint32_t smem = 0; // the partial sums: [tpb][cap][T / 32] floats
+    uint32_t smem = 0; // the partial sums: [tpb][cap][ncols][T / 32] floats
 };
 constexpr uint32_t kPlanarRowsPerBatch = 4;
 constexpr uint32_t kPlanarThreads = 512;
 
 // False where the kernel cannot take the shape: rows wider than 16384 weights (a team is at most one
-// block), or partial sums beyond the shared memory a block may have.
-inline bool planar_plan(uint32_t rows, uint32_t nb, uint32_t sms, uint32_t smem_optin, PlanarPlan *out) {
+// block), or partial sums beyond the shared memory a block may have. ncols: 1 or 2.
+inline bool planar_plan(uint32_t rows, uint32_t nb, uint32_t sms, uint32_t smem_optin, PlanarPlan *out,
+                        uint32_t ncols = 1) {
     if (nb == 0 || sms == 0) return false;
     const uint32_t T = (nb + 31) / 32 * 32;
     if (T > kPlanarThreads) return false;
     const uint32_t tpb = kPlanarThreads / T, teams = sms * tpb, pair = 2 * kPlanarRowsPerBatch;
     const uint64_t cap = ((uint64_t(rows) + teams - 1) / teams + pair - 1) / pair * pair;
-    const uint64_t smem = uint64_t(tpb) * cap * (T / 32) * sizeof(float);
+    const uint64_t smem = uint64_t(tpb) * cap * (T / 32) * ncols * sizeof(float);
     if (smem > smem_optin || smem > (1u << 30)) return false;
     *out = PlanarPlan{T, tpb, static_cast<uint32_t>(cap), static_cast<uint32_t>(smem)};
     return true;
@@ -221,17 +222,19 @@ __device__ __forceinline__ float reduce_scatter_rows(float (&acc)[R], uint32_t l
     return acc[0];
 }
 
-// After the block's barrier: y of every row of the block's teams, its warps' partial sums (part0:
-// [tpb][cap][wpt]) added in a fixed order.
+// After the block's barrier: y of every row and column of the block's teams, its warps' partial sums
+// (part0: [tpb][cap][NC][wpt]) added in a fixed order.
+template <int NC>
 __device__ __forceinline__ void store_row_sums(const float *part0, const PlanarArgs &a, uint32_t tpb, uint32_t wpt,
                                                uint32_t teams) {
-    for (uint32_t idx = threadIdx.x; idx < tpb * a.cap; idx += blockDim.x) {
-        const uint32_t t2 = idx / a.cap, i = idx % a.cap, row = blockIdx.x * tpb + t2 + i * teams;
+    for (uint32_t idx = threadIdx.x; idx < tpb * a.cap * NC; idx += blockDim.x) {
+        const uint32_t j = idx % NC, ri = idx / NC, t2 = ri / a.cap, i = ri % a.cap;
+        const uint32_t row = blockIdx.x * tpb + t2 + i * teams;
         if (row >= a.rows) continue;
         const float *p = part0 + size_t(idx) * wpt;
         float s = 0.0f;
-        for (uint32_t j = 0; j < wpt; ++j) s += p[j];
-        a.y[row] = s;
+        for (uint32_t w = 0; w < wpt; ++w) s += p[w];
+        a.y[size_t(j) * a.rows + row] = s;
     }
 }
 
@@ -269,8 +272,9 @@ __device__ __forceinline__ float q4k_lane_row(const uint32_t (&q)[4], const uint
 
 // The kernel (compute capability 9.0: the dependency wait; elsewhere an empty body, never launched). F: a
 // PlanarFormat. XQ: the activations from the q8_1 planes of generic_cuda's quantizer, else each thread
-// quantizes its own from a.x.
-template <int F, bool XQ>
+// quantizes its own from a.x. NC: columns (1 or 2; x [NC][cols], y [NC][rows]), each row's weights decoded
+// once for them.
+template <int F, bool XQ, int NC>
 __global__ void __launch_bounds__(kPlanarThreads, 1) planar_gemv(const PlanarArgs a, const ActQ8 xq) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 900
     constexpr bool NL = F == kPlanarIQ4_NL, K4 = F == kLanesQ4_K;
@@ -282,8 +286,9 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_gemv(const PlanarArg
     const uint32_t teams = gridDim.x * tpb, g = blockIdx.x * tpb + tm;
     const uint32_t n_rows = g < a.rows ? (a.rows - g + teams - 1) / teams : 0;
     const uint32_t nbat = (n_rows + R - 1) / R;
-    float *part = part0 + size_t(tm) * a.cap * wpt;
+    float *part = part0 + size_t(tm) * a.cap * NC * wpt;
     const bool has = tt < a.nb;
+    const uint32_t cols = a.nb * 32;
     const uint64_t rstride = uint64_t(teams) * a.rb;
     // this thread's 16 weight bytes in row g, and (from them) its scale or its super-block's head
     const uint64_t woff = K4 ? 144 * uint64_t(tt >> 3) + 16 + 16 * (tt & 7u) : 16 * uint64_t(tt);
@@ -312,85 +317,101 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_gemv(const PlanarArg
     load(qb, db);
     pdl_launch_dependents();
     pdl_wait();
-    int xw[8], xn[8];
-    float dx = 0.0f, dh2[2] = {0.0f, 0.0f}, sh2[2] = {0.0f, 0.0f};
-    int c0 = 0;
-    if constexpr (K4) {
-        // the thread's 16 + 16 activations: the low nibbles' from sub-block 2 g, the high ones' 32 further;
-        // each q8_1 block is shared with the partner thread (tt ^ 1)
-        const uint32_t xo = 256 * (tt >> 3) + 64 * ((tt >> 1) & 3u) + 16 * (tt & 1u);
-        int sum[2] = {0, 0};
-        if constexpr (XQ) {
-            if (has) {
-                const int4 q0 = __ldg(reinterpret_cast<const int4 *>(xq.q + xo));
-                const int4 q1 = __ldg(reinterpret_cast<const int4 *>(xq.q + xo + 32));
-                xw[0] = q0.x, xw[1] = q0.y, xw[2] = q0.z, xw[3] = q0.w, xw[4] = q1.x, xw[5] = q1.y, xw[6] = q1.z, xw[7] = q1.w;
-                dh2[0] = __ldg(xq.d + xo / 32);
-                dh2[1] = __ldg(xq.d + xo / 32 + 1);
+    int xw[NC][8], xn[NC][8];
+    float dx[NC], dh2[NC][2], sh2[NC][2];
+    int c0[NC];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    sum[0] = dp4a(xw[i], 0x01010101, sum[0]);
-                    sum[1] = dp4a(xw[4 + i], 0x01010101, sum[1]);
+    for (int j = 0; j < NC; ++j) {
+        const float *xj = a.x + size_t(j) * cols;
+        const int8_t *qj = xq.q + size_t(j) * cols;
+        const float *dj = xq.d + size_t(j) * (cols / 32);
+        dx[j] = 0.0f, c0[j] = 0;
+        dh2[j][0] = dh2[j][1] = sh2[j][0] = sh2[j][1] = 0.0f;
+        if constexpr (K4) {
+            // the thread's 16 + 16 activations: the low nibbles' from sub-block 2 g, the high ones' 32
+            // further; each q8_1 block is shared with the partner thread (tt ^ 1)
+            const uint32_t xo = 256 * (tt >> 3) + 64 * ((tt >> 1) & 3u) + 16 * (tt & 1u);
+            int sum[2] = {0, 0};
+            if constexpr (XQ) {
+                if (has) {
+                    const int4 q0 = __ldg(reinterpret_cast<const int4 *>(qj + xo));
+                    const int4 q1 = __ldg(reinterpret_cast<const int4 *>(qj + xo + 32));
+                    xw[j][0] = q0.x, xw[j][1] = q0.y, xw[j][2] = q0.z, xw[j][3] = q0.w;
+                    xw[j][4] = q1.x, xw[j][5] = q1.y, xw[j][6] = q1.z, xw[j][7] = q1.w;
+                    dh2[j][0] = __ldg(dj + xo / 32);
+                    dh2[j][1] = __ldg(dj + xo / 32 + 1);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        sum[0] = dp4a(xw[j][i], 0x01010101, sum[0]);
+                        sum[1] = dp4a(xw[j][4 + i], 0x01010101, sum[1]);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) xw[j][i] = 0;
                 }
             } else {
+                float v0[16], v1[16];
+                if (has) {
+                    load_floats(xj + xo, v0);
+                    load_floats(xj + xo + 32, v1);
+                } else {
 #pragma unroll
-                for (int i = 0; i < 8; ++i) xw[i] = 0;
+                    for (int i = 0; i < 16; ++i) v0[i] = v1[i] = 0.0f;
+                }
+                float m0 = abs_max(v0), m1 = abs_max(v1);
+                m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+                m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+                int w0[4], w1[4];
+                quantize_regs<16>(v0, m0, w0, dh2[j][0], sum[0]);
+                quantize_regs<16>(v1, m1, w1, dh2[j][1], sum[1]);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) xw[j][i] = w0[i], xw[j][4 + i] = w1[i];
             }
+            sh2[j][0] = __fmul_rn(dh2[j][0], static_cast<float>(sum[0]));
+            sh2[j][1] = __fmul_rn(dh2[j][1], static_cast<float>(sum[1]));
         } else {
-            float v0[16], v1[16];
-            if (has) {
-                load_floats(a.x + xo, v0);
-                load_floats(a.x + xo + 32, v1);
+            int sum = 0;
+            if (!has) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) xw[j][i] = 0;
+            } else if constexpr (XQ) { // the quant sum from the quants themselves
+                const int4 q0 = __ldg(reinterpret_cast<const int4 *>(qj + 32 * uint64_t(tt)));
+                const int4 q1 = __ldg(reinterpret_cast<const int4 *>(qj + 32 * uint64_t(tt)) + 1);
+                xw[j][0] = q0.x, xw[j][1] = q0.y, xw[j][2] = q0.z, xw[j][3] = q0.w;
+                xw[j][4] = q1.x, xw[j][5] = q1.y, xw[j][6] = q1.z, xw[j][7] = q1.w;
+                dx[j] = __ldg(dj + tt);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) sum = dp4a(xw[j][i], 0x01010101, sum);
             } else {
-#pragma unroll
-                for (int i = 0; i < 16; ++i) v0[i] = v1[i] = 0.0f;
+                quantize32(xj + 32 * uint64_t(tt), xw[j], dx[j], sum);
             }
-            float m0 = abs_max(v0), m1 = abs_max(v1);
-            m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-            m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-            int w0[4], w1[4];
-            quantize_regs<16>(v0, m0, w0, dh2[0], sum[0]);
-            quantize_regs<16>(v1, m1, w1, dh2[1], sum[1]);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) xw[i] = w0[i], xw[4 + i] = w1[i];
+            c0[j] = -8 * sum;
+            if constexpr (NL) planar_nl_order(xw[j], xn[j]);
         }
-        sh2[0] = __fmul_rn(dh2[0], static_cast<float>(sum[0]));
-        sh2[1] = __fmul_rn(dh2[1], static_cast<float>(sum[1]));
-    } else {
-        int sum = 0;
-        if (!has) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) xw[i] = 0;
-        } else if constexpr (XQ) { // the quant sum from the quants themselves
-            const int4 q0 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)));
-            const int4 q1 = __ldg(reinterpret_cast<const int4 *>(xq.q + 32 * uint64_t(tt)) + 1);
-            xw[0] = q0.x, xw[1] = q0.y, xw[2] = q0.z, xw[3] = q0.w, xw[4] = q1.x, xw[5] = q1.y, xw[6] = q1.z, xw[7] = q1.w;
-            dx = __ldg(xq.d + tt);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) sum = dp4a(xw[i], 0x01010101, sum);
-        } else {
-            quantize32(a.x + 32 * uint64_t(tt), xw, dx, sum);
-        }
-        c0 = -8 * sum;
-        if constexpr (NL) planar_nl_order(xw, xn);
     }
     const bool hi_group = (tt >> 1) & 2u;
     const uint32_t shift = 16 * ((tt >> 1) & 1u);
+    // each batch's R x NC sums reduce-scattered across the warp: value r * NC + j ends in the lanes whose
+    // index has its low (5 - LV) bits clear, at lane >> (5 - LV)
+    constexpr uint32_t V = R * NC, LV = V == 8 ? 3 : V == 4 ? 2 : V == 2 ? 1 : 0;
     auto compute = [&](uint32_t k, const uint4 (&q4)[R], const Aux (&dd)[R]) {
-        float acc[R];
+        float acc[V];
 #pragma unroll
         for (uint32_t r = 0; r < R; ++r) {
             const uint32_t q[4] = {q4[r].x, q4[r].y, q4[r].z, q4[r].w};
-            if constexpr (K4) {
-                acc[r] = q4k_lane_row(q, dd[r], xw, dh2, sh2, hi_group, shift);
-            } else {
-                const float d = f16_to_float(static_cast<uint16_t>(dd[r]));
-                const int s = dot_q4_block<NL>(q, xw, xn, c0);
-                acc[r] = __fmul_rn(static_cast<float>(s), __fmul_rn(d, dx));
+#pragma unroll
+            for (int j = 0; j < NC; ++j) {
+                if constexpr (K4) {
+                    acc[r * NC + j] = q4k_lane_row(q, dd[r], xw[j], dh2[j], sh2[j], hi_group, shift);
+                } else {
+                    const float d = f16_to_float(static_cast<uint16_t>(dd[r]));
+                    const int s = dot_q4_block<NL>(q, xw[j], xn[j], c0[j]);
+                    acc[r * NC + j] = __fmul_rn(static_cast<float>(s), __fmul_rn(d, dx[j]));
+                }
             }
         }
-        const float v = reduce_scatter_rows<R>(acc, lane);
-        if ((lane & 7u) == 0) part[(k * R + (lane >> 3)) * wpt + wt] = v;
+        const float v = reduce_scatter_rows<V>(acc, lane);
+        if ((lane & ((32u >> LV) - 1)) == 0) part[(k * V + (lane >> (5 - LV))) * wpt + wt] = v;
     };
     for (uint32_t k = 0; k < nbat; k += 2) {
         compute(k, qa, da);
@@ -400,14 +421,14 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_gemv(const PlanarArg
         load(qb, db);
     }
     __syncthreads();
-    store_row_sums(part0, a, tpb, wpt, teams);
+    store_row_sums<NC>(part0, a, tpb, wpt, teams);
 #endif
 }
 
-template <int F, bool XQ>
+template <int F, bool XQ, int NC>
 inline cudaError_t launch_planar_kernel(const PlanarArgs &a, uint32_t blocks, uint32_t threads, uint32_t smem, bool pdl,
                                         cudaStream_t s, const ActQ8 &xq) {
-    auto k = planar_gemv<F, XQ>;
+    auto k = planar_gemv<F, XQ, NC>;
     static std::atomic<uint32_t> raised{48 * 1024}; // the dynamic shared memory limit set on this instance
     if (smem > raised.load()) {
         const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -417,19 +438,19 @@ inline cudaError_t launch_planar_kernel(const PlanarArgs &a, uint32_t blocks, ui
     return launch_pdl(k, dim3(blocks), dim3(threads), smem, pdl, s, a, xq);
 }
 
-// One call on `sms` blocks: the kernel alone (each thread quantizing its activations; a.x 16-byte aligned),
-// or (two_kernels) generic_cuda's quantizer into xq, then the kernel on its planes. pdl: the launches may
-// overlap the kernel before them (9.0).
-template <int F>
+// One call of NC columns on `sms` blocks (plan made for NC): the kernel alone (each thread quantizing its
+// activations; a.x 16-byte aligned), or (two_kernels) generic_cuda's quantizer into xq, then the kernel on
+// its planes. pdl: the launches may overlap the kernel before them (9.0).
+template <int F, int NC>
 inline cudaError_t launch_planar(PlanarArgs a, const PlanarPlan &plan, uint32_t sms, bool two_kernels, const ActQ8 &xq,
                                  bool pdl, cudaStream_t s) {
     a.T = plan.T;
     a.cap = plan.cap;
     const uint32_t threads = plan.tpb * plan.T;
-    if (!two_kernels) return launch_planar_kernel<F, false>(a, sms, threads, plan.smem, pdl, s, xq);
-    const cudaError_t e = launch_quantize_act_q8_1(a.x, size_t(a.nb) * 32, xq, pdl, s);
+    if (!two_kernels) return launch_planar_kernel<F, false, NC>(a, sms, threads, plan.smem, pdl, s, xq);
+    const cudaError_t e = launch_quantize_act_q8_1(a.x, size_t(NC) * a.nb * 32, xq, pdl, s);
     if (e != cudaSuccess) return e;
-    return launch_planar_kernel<F, true>(a, sms, threads, plan.smem, pdl, s, xq);
+    return launch_planar_kernel<F, true, NC>(a, sms, threads, plan.smem, pdl, s, xq);
 }
 
 } // namespace kpr::cuda

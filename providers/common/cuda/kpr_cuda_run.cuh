@@ -31,11 +31,12 @@ struct GemvPrepared {
     uint32_t smem_sm = 0;    // shared memory per multiprocessor
     GemvLaunchFn launch = nullptr;
     std::unique_ptr<StreamScratch> scratch;
-    // (optional) the launcher of one-column calls, and the repacked copy of the weights it reads (null: it
-    // reads the caller's; generic_cuda's planar_weights and block_lanes); other column counts read the
-    // caller's weights with `launch`
-    std::shared_ptr<WeightCopy> one_column_copy;
-    GemvLaunchFn one_column_launch = nullptr;
+    // (optional) the launcher that takes the column counts in lanes_mask (bit c - 1: c columns), and the
+    // repacked copy of the weights it reads (null: it reads the caller's); generic_cuda's planar_weights
+    // and block_lanes. Other column counts read the caller's weights with `launch`.
+    GemvLaunchFn lanes_launch = nullptr;
+    uint32_t lanes_mask = 0;
+    std::shared_ptr<WeightCopy> lanes_copy;
 };
 
 inline size_t gemv_scratch_bytes(const kpr_op_desc *op, bool float_x) {
@@ -144,9 +145,9 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;
-    if (ncols == 1 && p.one_column_launch != nullptr && !p.float_x) {
-        if (p.one_column_copy) a.w = static_cast<const uint8_t *>(p.one_column_copy->data);
-        e = p.one_column_launch(a, 1, 1, pdl, s);
+    if (p.lanes_launch != nullptr && ncols <= 32 && ((p.lanes_mask >> (ncols - 1)) & 1u) && !grouped) {
+        if (p.lanes_copy) a.w = static_cast<const uint8_t *>(p.lanes_copy->data);
+        e = p.lanes_launch(a, ncols, 1, pdl, s);
     } else {
         e = p.launch(a, grouped ? 1u : ncols, tasks, pdl, s);
     }

@@ -75,14 +75,16 @@ const char *block_lanes_declines(const kpr_op_desc *op, const kpr_device_desc *d
 }
 
 bool lanes_auto(const kpr_op_desc *op, uint32_t sms, uint32_t ncols) {
-    if (op->weight_type != KPR_TYPE_Q4_K) return ncols == 1; // the planar copy: made for one column
-    if (ncols != 1) return false;
-    // Measured on the H200 (docs/benchmarks.md, "Q4_K with a thread per block position"): faster than the
-    // row kernel on every shape with more than 32 rows per multiprocessor (14336 x 4096 1.24x, 5120 x
-    // 13824 1.24x, 11008 x 4096 1.11x, 8192 x 8192 1.07x, 28672 x 8192 1.16x), slower on the shapes with
-    // fewer, where the row kernel keeps the whole activation vector per block (4096 x 14336 0.97x, 4096 x
-    // 4096 0.94x, 1024 x 4096 0.89x).
-    return op->rows > 32ull * sms;
+    // Measured on the H200 (docs/benchmarks.md, "Q4_K with a thread per block position").
+    // Q4_0 / IQ4_NL on the planar copy: at one column faster on most shapes (the copy is made for it); at
+    // two no consistent gain (Q4_0 0.92-1.18x, IQ4_NL 0.86-1.11x), so the GGUF-layout kernels keep them.
+    if (op->weight_type != KPR_TYPE_Q4_K) return ncols == 1;
+    // Q4_K, one column: faster than the row kernel on every shape with more than 32 rows per
+    // multiprocessor (14336 x 4096 1.24x, 5120 x 13824 1.24x, 11008 x 4096 1.11x, 8192 x 8192 1.07x,
+    // 28672 x 8192 1.16x), slower on those with fewer, where the row kernel keeps the whole activation
+    // vector per block (4096 x 14336 0.97x, 4096 x 4096 0.94x, 1024 x 4096 0.89x). Two columns, the same
+    // line: above it 1.00-1.11x (14336 x 4096 1.09x, 28672 x 8192 1.11x), below it 4096 x 14336 0.85x.
+    return ncols <= 2 && op->rows > 32ull * sms;
 }
 
 } // namespace kpr::generic_cuda

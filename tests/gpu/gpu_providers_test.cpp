@@ -430,7 +430,15 @@ TEST(CudaNegotiation, GenericCudaBlockLanesOption) {
     EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 4225, 14336, 1, "auto"));  // just over 32 rows per SM of 132
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 4224, 14336, 1, "auto")); // 32 rows per SM: the row kernel
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 4096, 4096, 1, "auto"));
-    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 4, "auto")); // prepared for 4 columns, runs at 1
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 4, "auto")); // prepared for 4 columns, runs at 1 and 2
+    {
+        kpr_option_value au[1] = {{"block_lanes", "auto"}};
+        const kpr_offer q4k = ask(*p, gemv(KPR_TYPE_Q4_K, 14336, 4096, 4), kH200, au, 1);
+        EXPECT_NE(std::strstr(q4k.reason, "; 1-2 columns: a thread per"), nullptr) << q4k.reason;
+        kpr_option_value pl[1] = {{"planar_weights", "true"}};
+        const kpr_offer q40 = ask(*p, gemv(KPR_TYPE_Q4_0, 14336, 4096, 4), kH200, pl, 1);
+        EXPECT_NE(std::strstr(q40.reason, "; 1 column: a thread per"), nullptr) << q40.reason; // planar: one
+    }
     EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 4096, 14336, 1, "on"));
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "off"));
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 14336, 4096, 1, "auto", "on"));

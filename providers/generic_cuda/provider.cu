@@ -58,14 +58,15 @@ const kpr_option_decl kOptions[] = {
      "auto: where it measured faster than the row kernels; on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "planar_weights", "false",
-     "Q4_0 and IQ4_NL at one column on compute capability 9.0: keep a planar copy of the weights (as many "
-     "bytes again as the tensor, counted in prepared bytes, shared by prepared ops on the same tensor) and run "
-     "one-column calls on it, each thread owning one block position of every row",
+     "Q4_0 and IQ4_NL on compute capability 9.0: keep a planar copy of the weights (as many bytes again as "
+     "the tensor, counted in prepared bytes, shared by prepared ops on the same tensor) for the lanes kernel "
+     "(block_lanes; by default one-column calls), each thread owning one block position of every row",
      0, 0, nullptr},
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "block_lanes", "auto",
-     "Q4_K at one column on compute capability 9.0: each thread owns one 32-weight position of every row "
-     "(its activations in registers), reading the GGUF rows in place: auto: where it measured faster than "
-     "the row kernel; on: wherever it fits; off: never",
+     "the lanes kernel at 1-2 columns on compute capability 9.0 (each thread owns one 32-weight position of "
+     "every row, its activations in registers): Q4_K on its GGUF rows in place, Q4_0 / IQ4_NL on the copy "
+     "planar_weights makes. auto: where it measured faster (Q4_K above 32 rows per SM; the planar types at "
+     "one column); on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
 };
 constexpr uint32_t kNOptions = sizeof(kOptions) / sizeof(kOptions[0]);

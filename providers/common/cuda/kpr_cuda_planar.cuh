@@ -1,7 +1,8 @@
-// kpr_cuda_planar.cuh -- one-column GEMV kernels in which each thread owns one 32-weight block position
-// of every row, for compute capability 9.0: Q4_0 and IQ4_NL on a planar copy of the weights (generic_cuda's
-// `planar_weights` option), Q4_K on its own GGUF rows (generic_cuda's `block_lanes` option). Measured in
-// docs/benchmarks.md, "The planar probe" and "Planar weights in generic_cuda".
+// kpr_cuda_planar.cuh -- the lanes kernel: a GEMV of one or two columns in which each thread owns one
+// 32-weight block position of every row, for compute capability 9.0. Q4_0 and IQ4_NL on a planar copy of
+// the weights (generic_cuda's `planar_weights` option), Q4_K on its own GGUF rows; generic_cuda's
+// `block_lanes` option says where it runs. Measured in docs/benchmarks.md, "The planar probe", "Planar
+// weights in generic_cuda" and "Q4_K with a thread per block position".
 //
 // Planar layout (Q4_0, IQ4_NL): GGUF's bytes per row (18 per 32 weights) with each row split into its
 // 16-byte nibble blocks, then its f16 scales: row r = [nb x 16 bytes][nb x 2 bytes]. Every weight word is
@@ -14,7 +15,8 @@
 // activations are quantized once per call (the integers of quantize_act_q8_1) and kept in registers, so no
 // activation is read per row. Rows go to teams round-robin (the grid streams one window of the matrix),
 // two batches of four rows in flight per thread, the first two requested before the dependency wait. Four
-// rows' sums are reduce-scattered across the warp, the warps' sums added in a fixed order at the end.
+// rows' sums (of each column) are reduce-scattered across the warp, the warps' sums added in a fixed order
+// at the end.
 // One kernel per call (each thread quantizes its own activations), or after generic_cuda's quantizer
 // (reading its q8_1 planes: two kernels, faster on small matrices).
 #pragma once
@@ -45,13 +47,13 @@ static __global__ void planar_repack_q4(const uint8_t *__restrict__ src, uint8_t
 }
 
 struct PlanarArgs {
-    const uint8_t *w;  // planar rows
+    const uint8_t *w;  // planar rows (Q4_0, IQ4_NL) or GGUF rows (Q4_K)
     uint64_t rb;       // row bytes (a multiple of 16)
     uint32_t rows, nb; // rows, 32-weight blocks per row (Q4_K too)
     uint32_t T;        // threads per team (a multiple of 32, >= nb)
     uint32_t cap;      // rows per team, rounded up to a batch pair (the partial sums' rows)
-    const float *x;    // float activations (16-byte aligned; unused after the quantizer)
-    float *y;
+    const float *x;    // float activations [ncols][nb * 32] (16-byte aligned; unused after the quantizer)
+    float *y;          // [ncols][rows]
 };
 
 // A call's launch geometry: one 512-thread block per multiprocessor, tpb teams of T threads per block.

@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
     if constexpr (CL > 0) cluster_wait(); // no block leaves while its multicasts may still be landing elsewhere
     __syncthreads();
     if (TL && tid == 0) tl[4] = gtimer();
-    store_row_sums(part0, a, tpb, wpt, teams);
+    store_row_sums<1>(part0, a, tpb, wpt, teams);
     if (TL && tid == 0) {
         __syncwarp(1u);
         tl[5] = gtimer();

@@ -375,6 +375,13 @@ static std::vector<std::string> split(const std::string &s) {
     return v;
 }
 
+// The weight type named n (kpr_cuda_bench's types), or 999.
+static uint32_t type_id(const std::string &n) {
+    for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 14u, 18u, 20u, 21u, 23u, 30u})
+        if (n == tinfo(id)->name) return id;
+    return 999;
+}
+
 int main(int argc, char **argv) {
     std::vector<std::string> providers = {"generic_cuda", "sm60_q8", "iq_stage_tables"};
     std::vector<std::string> types = {"q8_0", "q4_0", "q4_K", "iq4_nl", "iq3_xxs", "iq3_s"};
@@ -434,11 +441,6 @@ int main(int argc, char **argv) {
                     "B |\n",
                     opt.c_str(), va.c_str(), vb.c_str());
         std::printf("|---|---|---:|---:|---:|---:|---|---|\n");
-        auto type_id = [](const std::string &n) -> uint32_t {
-            for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 14u, 18u, 20u, 21u, 23u, 30u})
-                if (n == tinfo(id)->name) return id;
-            return 999;
-        };
         std::string wn, wv; // --with
         if (!with.empty()) {
             const size_t weq = with.find('=');
@@ -561,11 +563,6 @@ int main(int argc, char **argv) {
     std::printf("| provider | type | shape | ncols | time (us) | GB/s | fraction of read bw | host-launched (us) |\n");
     std::printf("|---|---|---|---:|---:|---:|---:|---:|\n");
     std::fflush(stdout);
-    auto type_id = [](const std::string &n) -> uint32_t {
-        for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 10u, 11u, 12u, 13u, 14u, 18u, 20u, 21u, 23u, 30u})
-            if (n == tinfo(id)->name) return id;
-        return 999;
-    };
     for (const auto &pn : providers) {
         auto p = load_provider(pn);
         if (!p->ok()) {

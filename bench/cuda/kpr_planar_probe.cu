@@ -287,19 +287,7 @@ __global__ void __launch_bounds__(512, 1) planar_ldg(const PlanarArgs a, const A
             for (int i = 0; i < 8; ++i) xw[i] = 0;
         }
         c0 = -8 * sum;
-        if constexpr (NL) {
-            int xp[8];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                xp[2 * i] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x5140u));
-                xp[2 * i + 1] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x7362u));
-            }
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                xw[i] = xp[i];
-                xn[i] = static_cast<int>(__vneg4(static_cast<uint32_t>(xp[i])));
-            }
-        }
+        if constexpr (NL) planar_nl_order(xw, xn);
     }
     if (TL && tid == 0) tl[2] = gtimer() + (xw[0] == 0x7fffffff); // after the quantization (a use of it)
     auto compute = [&](uint32_t k, const uint4 (&q4)[R], const uint32_t (&dd)[R]) {

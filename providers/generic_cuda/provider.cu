@@ -333,10 +333,10 @@ constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileS
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
 
 // The lanes kernel forced on (block_lanes = on; Q4_0 and IQ4_NL with planar_weights = true) at one and two
-// columns: one kernel per call (>= 2^25 weights) and the
-// quantizer + kernel (smaller), odd row counts, several teams per block (4097 x 512: 16), a team of 512
-// threads (16384 columns), and shapes the planar path does not take (rows of 2080 weights are not 16-byte
-// aligned; 28672 columns are wider than a team), which must fall back to the GGUF-layout kernels.
+// columns: one kernel per call (>= 2^25 weights) and the quantizer + kernel (smaller), odd row counts,
+// several teams per block (4097 x 512: 16), a team of 512 threads (16384 columns), and shapes the planar
+// path does not take (rows of 2080 weights are not 16-byte aligned; 28672 columns are wider than a team),
+// which must fall back to the GGUF-layout kernels.
 constexpr Shape kPlanarShapes[] = {
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"4096x4096", KPR_OP_GEMV, 4096, 4096, 1, 1, 1, 1},

@@ -10,11 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <new>
-#include <tuple>
 
 namespace kpr::sm60_q8 {
 namespace {

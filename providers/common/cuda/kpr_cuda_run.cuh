@@ -145,7 +145,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;
-    if (p.lanes_launch != nullptr && ncols <= 32 && ((p.lanes_mask >> (ncols - 1)) & 1u) && !grouped) {
+    if (p.lanes_launch != nullptr && ((p.lanes_mask >> (ncols - 1)) & 1u)) { // (plain GEMV only: lanes_plan)
         if (p.lanes_copy) a.w = static_cast<const uint8_t *>(p.lanes_copy->data);
         e = p.lanes_launch(a, ncols, 1, pdl, s);
     } else {

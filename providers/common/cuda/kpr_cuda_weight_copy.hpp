@@ -28,8 +28,8 @@ using WeightCopyKey = std::tuple<uint64_t, const void *, uint64_t, int, uint32_t
 
 class WeightCopies {
 public:
-    // The copy for `key`, made by fill(dst, stream) into `bytes` of new device memory if no live prepared
-    // op holds one. fill runs on a stream of its own after the device has finished what was queued (the
+    // The copy for `key`, made by fill(dst) into `bytes` of new device memory if no live prepared op holds
+    // one. fill enqueues on the legacy default stream after the device has finished what was queued (the
     // caller's upload of the weights may still be in flight); acquire returns when the copy is complete.
     template <class Fill>
     kpr_status acquire(const WeightCopyKey &key, uint64_t bytes, Fill &&fill, std::shared_ptr<WeightCopy> *out,
@@ -66,14 +66,6 @@ public:
         if (shared) live_[key] = sp;
         *out = std::move(sp);
         return KPR_OK;
-    }
-
-    // copies alive now (tests)
-    size_t live() {
-        std::lock_guard<std::mutex> lock(mu_);
-        size_t n = 0;
-        for (auto &kv : live_) n += kv.second.expired() ? 0 : 1;
-        return n;
     }
 
 private:

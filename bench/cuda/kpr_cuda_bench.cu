@@ -414,6 +414,24 @@ int main(int argc, char **argv) {
         else if (a == "--ab" && i + 1 < argc) ab = argv[++i];
         else if (a == "--with" && i + 1 < argc) with = argv[++i];
     }
+    // --ab OPTION=A,B and --with OPTION=V, checked before any GPU is needed
+    std::string opt, va, vb, wn, wv;
+    if (!ab.empty()) {
+        const size_t eq = ab.find('='), comma = ab.find(',', eq == std::string::npos ? 0 : eq);
+        if (eq == std::string::npos || eq == 0 || comma == std::string::npos) {
+            std::fprintf(stderr, "--ab: '%s' is not OPTION=A,B\n", ab.c_str());
+            return 2;
+        }
+        opt = ab.substr(0, eq), va = ab.substr(eq + 1, comma - eq - 1), vb = ab.substr(comma + 1);
+    }
+    if (!with.empty()) {
+        const size_t weq = with.find('=');
+        if (weq == std::string::npos || weq == 0) {
+            std::fprintf(stderr, "--with: '%s' is not OPTION=V\n", with.c_str());
+            return 2;
+        }
+        wn = with.substr(0, weq), wv = with.substr(weq + 1);
+    }
     if (!gpu_present()) {
         std::fprintf(stderr, "no CUDA GPU\n");
         return 2;
@@ -426,12 +444,6 @@ int main(int argc, char **argv) {
                 "median of 7)\n\n",
                 dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
     if (!ab.empty()) {
-        const size_t eq = ab.find('='), comma = ab.find(',', eq == std::string::npos ? 0 : eq);
-        if (eq == std::string::npos || comma == std::string::npos) {
-            std::fprintf(stderr, "--ab: '%s' is not OPTION=A,B\n", ab.c_str());
-            return 2;
-        }
-        const std::string opt = ab.substr(0, eq), va = ab.substr(eq + 1, comma - eq - 1), vb = ab.substr(comma + 1);
         auto p = load_provider("generic_cuda");
         if (!p->ok()) {
             std::fprintf(stderr, "generic_cuda: %s\n", p->error.c_str());
@@ -441,15 +453,6 @@ int main(int argc, char **argv) {
                     "B |\n",
                     opt.c_str(), va.c_str(), vb.c_str());
         std::printf("|---|---|---:|---:|---:|---:|---|---|\n");
-        std::string wn, wv; // --with
-        if (!with.empty()) {
-            const size_t weq = with.find('=');
-            if (weq == std::string::npos) {
-                std::fprintf(stderr, "--with: '%s' is not OPTION=V\n", with.c_str());
-                return 2;
-            }
-            wn = with.substr(0, weq), wv = with.substr(weq + 1);
-        }
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
             if (t == 999) continue;

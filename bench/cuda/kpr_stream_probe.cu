@@ -10,6 +10,11 @@
 //            with bulk copies (cp.async.bulk + mbarrier), with PDL; then the same with what a GEMV adds:
 //            staging 18 KiB of activations after the dependency wait, one warp per row, and the q8_1
 //            activation quantizer launched before every call (as generic_cuda does)
+//   bytes    the targets' byte counts (Q8_0 62.4 MB, the 4.5-bit types 33.0 MB, IQ3_S 25.2 MB, IQ3_XXS
+//            22.5 MB at 4096 x 14336) streamed by dependent calls: a grid-stride read that waits for the
+//            previous call before its first load, and the warp-per-row ring with 18 KiB of activations
+//            staged after the wait (its first S rows requested before it); what any one-column call that
+//            needs its activations before its first dot product can reach at that size, before decoding
 //   row      generic_cuda's row kernel (launch_gemv_nc, what a call runs on 9.0) with a block type that
 //            decodes nothing (Q8_0's geometry), with and without the quantizer; then with Q8_0 itself
 //
@@ -110,6 +115,19 @@ __global__ void __launch_bounds__(256, 1) tma_stream(const uint8_t *w, uint32_t 
             if (tid == 0) y[r0 + i] = static_cast<float>(acc);
         }
     }
+}
+
+// A dependent call that reads nothing before the previous call completes: grid-stride 16-byte loads
+// after the dependency wait (the next call may launch at once and wait in its turn).
+__global__ void dependent_read(const uint4 *__restrict__ p, size_t n, uint32_t *out) {
+    pdl_launch_dependents();
+    pdl_wait();
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) out[0] = acc;
 }
 
 // Not a quantizer: the quantizer's grid and memory traffic (a float in, a byte out per value, a float
@@ -218,6 +236,37 @@ int main() {
         if (S % 8 == 0) {
             run("warp per row, x staged, quantizer before", tma_stream<true, true>, true, 1);
             run("warp per row, x staged, stand-in before", tma_stream<true, true>, true, 2);
+        }
+    }
+
+    // the targets' byte counts at 4096 x 14336, streamed by dependent calls (no decoding)
+    struct Size {
+        const char *types;
+        uint32_t rb; // bytes per row of 14336 weights
+    };
+    for (const Size &z : {Size{"Q8_0", 15232}, Size{"Q4_0 / Q4_K / IQ4_NL", 8064}, Size{"IQ3_S", 6160},
+                          Size{"IQ3_XXS", 5488}}) {
+        const size_t zs = size_t(z.rb) * rows, zc = (size_t(1) << 30) / zs + 1;
+        for (int k : {8, 16}) {
+            const double t = time_graph([&](int i) {
+                launch_pdl(dependent_read, dim3(sms * k), dim3(256), 0, true, g_s,
+                           reinterpret_cast<const uint4 *>(buf + (i % zc) * zs), zs / 16, out);
+            });
+            std::printf("bytes %-20s %5.1f MB: dependent read, %2d blocks/SM           %.2f us (%.3f)\n", z.types,
+                        zs / 1e6, k, t, frac(zs, t));
+        }
+        const uint32_t stage = (z.rb + 16 + 15) / 16 * 16;
+        for (uint32_t S : {8u, 16u, 24u, 32u}) {
+            const size_t dyn = S * stage + 18432;
+            if (dyn > size_t(optin)) continue;
+            auto kern = tma_stream<true, true>;
+            PROBE_CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn)));
+            const double t = time_graph([&](int i) {
+                launch_pdl(kern, dim3(sms), dim3(256), dyn, true, g_s, static_cast<const uint8_t *>(buf + (i % zc) * zs),
+                           rows, z.rb, S, static_cast<const int8_t *>(xg), 18432u, yy);
+            });
+            std::printf("bytes %-20s %5.1f MB: ring, warp per row, x staged, %2u stages %.2f us (%.3f)\n", z.types,
+                        zs / 1e6, S, t, frac(zs, t));
         }
     }
 

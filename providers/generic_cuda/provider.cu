@@ -299,6 +299,11 @@ constexpr Shape kShapes[] = {
     {"4097x512", KPR_OP_GEMV, 4097, 512, 7, 1, 1, 1},
     {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1}, // whole vector per block, a block with an idle warp
     {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},   // wide: the whole vector fits only 16-warp blocks
+    // rows that are not 16-byte aligned at one and two columns (the cp.async rings read the lines around
+    // them): 43 super-blocks (IQ3_XXS, IQ3_S, Q3_K, Q6_K) and 241 32-weight blocks (Q8_0, Q4_0, IQ4_NL, ...)
+    {"4093x11008", KPR_OP_GEMV, 4093, 11008, 1, 1, 1, 1},
+    {"2053x7712", KPR_OP_GEMV, 2053, 7712, 1, 1, 1, 1},
+    {"1001x7712", KPR_OP_GEMV, 1001, 7712, 2, 1, 1, 1},
     {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
     {"moe 32e8u 2048x768 slots", KPR_OP_GEMV_GROUPED, 2048, 768, 3, 32, 8, 8},
 };

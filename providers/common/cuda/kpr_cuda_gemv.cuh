@@ -149,6 +149,18 @@ constexpr bool stages_activations(uint32_t type) {
 template <class T>
 inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 
+// The types whose row kernel on 8.0+ (aligned rows) is built without the register-staged path beside its
+// cp.async ring. That path is never taken there, but compiled beside the ring it changes ptxas's register
+// allocation and schedule (IQ3_XXS's 16-warp one-column kernel 121 -> 84 registers, Q4_K's staged one
+// 108 -> 72), and so the speed, both ways. Measured on the H200, one column, with and without it
+// (docs/benchmarks.md "Rows that are not 16-byte aligned"): faster without for IQ3_XXS (4096 x 14336 14.5 ->
+// 12.1 us), IQ3_S (17.1 -> 16.4), IQ4_NL (12.05 -> 11.8) and Q6_K (15.75 -> 15.5); slower for Q4_K
+// (11.75 -> 13.4), Q3_K (15.25 -> 15.65) and Q8_0 at two columns (14336 x 4096 19.6 -> 20.2). Rows that
+// are not aligned always take the lean instance (UA).
+constexpr bool lean_row_kernel(uint32_t type) {
+    return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q6_K;
+}
+
 // The types whose one-column GEMV copies the whole activation vector into each block (where it fits,
 // launch_gemv_dyn), and with how many warps per block: 4 (four blocks per SM, the ring in static shared
 // memory) or 16 (one block per SM: the vector copied once per SM; the ring, 2 stages, in dynamic shared
@@ -257,8 +269,11 @@ __device__ __forceinline__ Tab tab_prologue(uint8_t *dyn) {
 }
 
 // W warps per block; SD > 0: the cp.async ring has SD stages in dynamic shared memory (before the
-// whole vector, with XB) instead of the static ring; CD == 2: half chunks (ChunkGeomHalf).
-template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0, int CD = 1>
+// whole vector, with XB) instead of the static ring; CD == 2: half chunks (ChunkGeomHalf). UA: the rows
+// are not 16-byte aligned (a.aligned == 0): on 8.0+ the ring copies the 16-byte lines around each chunk
+// (a separate instance, so that the aligned one keeps its code); below 8.0 both take the register path.
+template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0, int CD = 1,
+          bool UA = false>
 __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
     // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
@@ -354,13 +369,17 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
     // decode chunk c from stage st: the lane's items in a fixed order (the same in both paths)
     auto compute = [&](uint32_t c, uint32_t st) {
         const uint32_t nblk = min(G::CB, a.nb - c * G::CB);
+        // where the chunk starts in its stage: 0, or (UA: rows not 16-byte aligned, cp.async ring) its skew
+        uint32_t skew[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) skew[r] = kAsync && UA ? chunk_skew(rp[r] + uint64_t(c) * G::BYTES) : 0u;
         auto item = [&](int t) {
             const uint32_t it = lane + 32u * t;
             const uint32_t b = it / T::PARTS, part = it % T::PARTS;
             if (b < nblk) {
                 const uint8_t *wp[R];
 #pragma unroll
-                for (int r = 0; r < R; ++r) wp[r] = ring(warp, st, r) + b * T::BS;
+                for (int r = 0; r < R; ++r) wp[r] = ring(warp, st, r) + skew[r] + b * T::BS;
                 const uint32_t k0 = (c * G::CB + b) * T::QK + part * G::EPI;
                 if constexpr (XS) {
                     const XStage xs = ChunkGeomXS<T, R>::view(smem_addr(&xsm[warp][st][0]), c * G::CB * T::QK);
@@ -388,10 +407,13 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
         }
     };
 
-    if (kAsync && a.aligned) {
+    // kLean: no register-staged path compiled beside the ring (lean_row_kernel); else it stays, never taken
+    // on 8.0+ (aligned rows), as the code shape these types measured fastest with
+    constexpr bool kLean = UA || lean_row_kernel(T::TYPE);
+    if (kAsync && (kLean || a.aligned)) {
         // cp.async: S - 1 chunks in flight while one is decoded, no registers spent on staging
         // bulk copies (bulk_copies_rows; aligned rows: every chunk is a multiple of 16 bytes)
-        constexpr bool bulk = bulk_copies_rows<T, NC, R>() && G::BYTES % 16 == 0;
+        constexpr bool bulk = !UA && bulk_copies_rows<T, NC, R>() && G::BYTES % 16 == 0;
         __shared__ alignas(8) uint64_t wbar[bulk ? W : 1][bulk ? S : 1]; // one mbarrier per stage of the warp's ring
         if constexpr (bulk) {
             if (lane == 0) {
@@ -413,7 +435,7 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
 #pragma unroll
                     for (int r = 0; r < R; ++r) bulk_copy_g2s(smem_addr(ring(warp, st, r)), rp[r] + off, bytes, bar);
                 }
-            } else {
+            } else if constexpr (!UA) {
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -421,6 +443,17 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
                         const uint32_t v = lane + 32u * i;
                         if (v < G::NV && 16u * v < bytes) cp_async16(ring(warp, st, r) + 16u * v, rp[r] + off + 16u * v);
                     }
+            } else {
+                // rows not 16-byte aligned (GGUF rows are 2-byte aligned): the 16-byte lines that hold the
+                // chunk, so the stage holds it from byte chunk_skew (< 16; SMEM_ROW has the room); the last
+                // line copies only the chunk's own bytes (zero-filled), so nothing past the tensor is read
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const uint8_t *src = rp[r] + off;
+                    const uint32_t skew = chunk_skew(src), span = skew + bytes;
+                    for (uint32_t v = lane; 16u * v < span; v += 32)
+                        cp_async16_n(ring(warp, st, r) + 16u * v, src - skew + 16u * v, min(16u, span - 16u * v));
+                }
             }
         };
         // the chunk's activations (staged variant): int8 plane, then d and s, 16 bytes per copy; the
@@ -519,7 +552,7 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
 }
 
 // Rows per warp for NC columns: two rows share each activation load once there are several columns
-// (launch_row_nc also takes two rows at 1-2 columns where a.sm80).
+// (launch_row_nc also takes two rows at 1-2 columns where a.sm80 or a.rows80).
 template <int NC>
 constexpr int rows_per_warp() {
     return NC >= 3 ? 2 : 1;
@@ -531,8 +564,10 @@ constexpr int rows_per_warp() {
 template <class T, int NC, class Tab, int R = rows_per_warp<NC>(), int XM = kXFromL1, int CD = 1>
 cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t stream) {
     const uint32_t rows_per_block = kGemvWarps * R;
-    return launch_pdl(gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD>, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks),
-                      dim3(32 * kGemvWarps), 0, pdl, stream, static_cast<const GemvKArgs &>(a));
+    auto k = a.aligned ? gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, false>
+                       : gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, true>;
+    return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks), dim3(32 * kGemvWarps), 0, pdl,
+                      stream, static_cast<const GemvKArgs &>(a));
 }
 
 // The one-column row kernel (two rows per warp, plain GEMV, 8.0+) with dynamic shared memory: with XM ==
@@ -540,9 +575,9 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
 // block. cudaErrorNotSupported where that would not leave room for the row kernel's warps per
 // multiprocessor (16: four blocks of 4 warps; the caller takes the other paths then: 4 blocks of ~36 KiB
 // static on a 228 KiB multiprocessor leave room for whole vectors up to about 16K columns).
-template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0, int CD = 1>
-cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD, CD>;
+template <class T, class Tab, int XM, int W, int SD, int CD, bool UA>
+cudaError_t launch_gemv_dyn_instance(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD, CD, UA>;
     const uint32_t dyn = kDynRingBytes<T, 2, XM, W, SD, CD> + kTabDynBytes<Tab> +
                          (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
     constexpr uint32_t kBlocksPerSm = GemvOcc<1, 2>::blocks_per_sm(W);
@@ -580,6 +615,11 @@ cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const uint32_t rows_per_block = W * 2;
     return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, 1), dim3(32 * W), dyn, pdl, stream,
                       static_cast<const GemvKArgs &>(a));
+}
+template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0, int CD = 1>
+cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    return a.aligned ? launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false>(a, pdl, stream)
+                     : launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, true>(a, pdl, stream);
 }
 
 // ---- the 4-row kernel (compute capability 8.0+, plain GEMV of a 256-weight-block type, ncols >= 3) ---
@@ -769,7 +809,7 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
 // mma_serves (9.0, kpr_cuda_mma.cuh); the 4-row kernel for 3..8 columns of a 256-weight-block type where it
 // applies (a.sm80: compute capability 8.0+, aligned rows, plain GEMV); else the quantizer (when a.xq_n) and the row
 // kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
-// per warp at one and two columns where a.sm80 (one row per warp elsewhere: the register-staged path
+// per warp at one and two columns where a.sm80 or a.rows80 (one row per warp elsewhere: the register-staged path
 // below 8.0 keeps its registers). `pdl`: launch with programmatic stream serialization (9.0).
 template <class T, class Tab>
 cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
@@ -796,7 +836,7 @@ cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bo
 // Dispatch on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1).
 template <class T, class Tab>
 cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
-    const bool two = a.sm80 && tasks == 1 && a.ids == nullptr;
+    const bool two = (a.sm80 || a.rows80) && tasks == 1 && a.ids == nullptr;
     switch (ncols) {
     case 1:
         if constexpr (kWholeVector<T>)

@@ -37,6 +37,9 @@ struct GemvArgs : GemvKArgs {
     size_t xq_bytes;       // bytes of x's scratch (the tile kernel's layout must fit; 0: unknown, no tile kernel)
     uint32_t sm80;         // 8.0+ layouts allowed (compute capability 8.0+, aligned rows, plain GEMV of a
                            // quantized type): two rows per warp at 1-2 columns, the 4-row kernel at 3..8
+    uint32_t rows80;       // sm80's conditions but rows that need not be 16-byte aligned: the row kernel's two
+                           // rows per warp at 1-2 columns and its whole-vector paths (cp.async rings read the
+                           // 16-byte lines around 2-byte aligned rows); the other 8.0+ layouts need sm80
     uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, Q4_0,
                            // Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, kpr_cuda_mma.cuh mma_serves)
     uint32_t mma_mode;     // the tile kernel where sm90: kMmaAuto (where it measured faster), kMmaOn (wherever

@@ -258,6 +258,21 @@ __device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src)
     *reinterpret_cast<uint4 *>(smem_dst) = __ldg(reinterpret_cast<const uint4 *>(gmem_src));
 #endif
 }
+// cp.async of the 16-byte aligned line at gmem_src of which only the first n bytes (1..16) are read; the
+// rest of the 16 shared bytes are zero-filled (a line that may end past the data).
+__device__ __forceinline__ void cp_async16_n(void *smem_dst, const void *gmem_src, uint32_t n) {
+#if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem_dst)), "l"(gmem_src), "r"(n)
+                 : "memory");
+#else
+    for (uint32_t i = 0; i < 16; ++i)
+        static_cast<uint8_t *>(smem_dst)[i] = i < n ? static_cast<const uint8_t *>(gmem_src)[i] : uint8_t(0);
+#endif
+}
+// Where a 2-byte aligned run of global bytes starts within its 16-byte line.
+__device__ __forceinline__ uint32_t chunk_skew(const void *p) {
+    return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p)) & 15u;
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -30,16 +30,18 @@ inline double median(std::vector<double> v) {
 }
 
 // Grid-stride 16-byte loads over n vectors, xor-reduced so they stay alive. PDL: lets the next kernel
-// launch at once and waits for the previous one only before its (never taken) write.
-template <bool PDL>
+// launch at once and waits for the previous one only before its (never taken) write; WAIT_FIRST (with
+// PDL): waits before its first load instead, as a call that depends on the one before does.
+template <bool PDL, bool WAIT_FIRST = false>
 __global__ void stream_read_kernel(const uint4 *__restrict__ p, size_t n, uint32_t *out) {
     if (PDL) kpr::cuda::pdl_launch_dependents();
+    if (PDL && WAIT_FIRST) kpr::cuda::pdl_wait();
     uint32_t acc = 0;
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
         const uint4 v = __ldg(p + i);
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
-    if (PDL) kpr::cuda::pdl_wait();
+    if (PDL && !WAIT_FIRST) kpr::cuda::pdl_wait();
     if (acc == 0x12345678u) out[0] = acc;
 }
 

@@ -117,19 +117,6 @@ __global__ void __launch_bounds__(256, 1) tma_stream(const uint8_t *w, uint32_t 
     }
 }
 
-// A dependent call that reads nothing before the previous call completes: grid-stride 16-byte loads
-// after the dependency wait (the next call may launch at once and wait in its turn).
-__global__ void dependent_read(const uint4 *__restrict__ p, size_t n, uint32_t *out) {
-    pdl_launch_dependents();
-    pdl_wait();
-    uint32_t acc = 0;
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const uint4 v = __ldg(p + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x12345678u) out[0] = acc;
-}
-
 // Not a quantizer: the quantizer's grid and memory traffic (a float in, a byte out per value, a float
 // per 32), triggering its dependents before it waits for the kernel before it.
 __global__ void early_standin(const float *x, int8_t *q, float *d) {
@@ -249,7 +236,7 @@ int main() {
         const size_t zs = size_t(z.rb) * rows, zc = (size_t(1) << 30) / zs + 1;
         for (int k : {8, 16}) {
             const double t = time_graph([&](int i) {
-                launch_pdl(dependent_read, dim3(sms * k), dim3(256), 0, true, g_s,
+                launch_pdl(kpr::bench::stream_read_kernel<true, true>, dim3(sms * k), dim3(256), 0, true, g_s,
                            reinterpret_cast<const uint4 *>(buf + (i % zc) * zs), zs / 16, out);
             });
             std::printf("bytes %-20s %5.1f MB: dependent read, %2d blocks/SM           %.2f us (%.3f)\n", z.types,

@@ -222,7 +222,7 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         if (st != KPR_OK) return st;
         std::unique_ptr<cuda::GemvPrepared> hold(p);
         p->mma_mode = mma_mode(opts);
-        const LanesPlan L = p->sm80 ? lanes_plan(op, dev, p->smem_optin, opts) : LanesPlan{};
+        const LanesPlan L = p->sm80() ? lanes_plan(op, dev, p->smem_optin, opts) : LanesPlan{};
         if (L.copy) {
             const uint64_t bytes = w->bytes, rb = p->row_bytes, rows = op->rows;
             const uint32_t nb = static_cast<uint32_t>(op->cols / 32);

@@ -24,8 +24,9 @@ struct GemvPrepared {
     bool pdl = false;
     bool aligned = false;
     bool float_x = false;
-    bool sm80 = false;       // the 8.0+ layouts may run (compute capability 8.0+, 16-byte aligned rows)
-    bool rows80 = false;     // the row kernel's 8.0+ layouts may run on rows that are not aligned (GemvArgs::rows80)
+    bool rows80 = false;     // the row kernel's 8.0+ layouts may run, on aligned rows or not (GemvArgs::rows80)
+    // the other 8.0+ layouts may run too (compute capability 8.0+, 16-byte aligned rows; GemvArgs::sm80)
+    bool sm80() const { return rows80 && aligned; }
     uint32_t mma_mode = kMmaAuto; // the tensor-core tile kernel (GemvArgs::mma_mode)
     uint32_t sms = 0;
     uint32_t smem_optin = 0; // shared memory per block, opt-in maximum
@@ -80,7 +81,6 @@ inline kpr_status gemv_prepare(const kpr_op_desc *op, const kpr_device_desc *dev
     if (cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev->ordinal) != cudaSuccess) per_sm = 0;
     p->smem_sm = per_sm > 0 ? static_cast<uint32_t>(per_sm) : 0;
     p->rows80 = dev->cc_major >= 8 && !float_x && op->kind == KPR_OP_GEMV && p->sms > 0;
-    p->sm80 = p->rows80 && p->aligned;
     p->launch = launch;
     p->scratch.reset(new (std::nothrow) StreamScratch(gemv_scratch_bytes(op, float_x)));
     if (!p->scratch) return fail(err, KPR_ERR_OUT_OF_MEMORY, "prepare: host allocation failed");
@@ -120,9 +120,9 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     a.y = args->y;
     a.x.cols = static_cast<uint32_t>(cols);
     a.x.vbase = 0;
-    a.sm80 = p.sm80 ? 1u : 0u;
+    a.sm80 = p.sm80() ? 1u : 0u;
     a.rows80 = p.rows80 ? 1u : 0u;
-    a.sm90 = p.sm80 && p.pdl ? 1u : 0u; // (pdl: compute capability 9.0+)
+    a.sm90 = p.sm80() && p.pdl ? 1u : 0u; // (pdl: compute capability 9.0+)
     a.mma_mode = p.mma_mode;
     a.sms = p.sms;
     a.smem_optin = p.smem_optin;

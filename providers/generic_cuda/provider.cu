@@ -55,8 +55,9 @@ const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
      "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, compute "
      "capability 9.0): "
-     "auto: where it measured faster than the row kernels; on: wherever it fits; off: never",
-     0, 0, "auto,on,off"},
+     "auto: where it measured faster than the row kernels; on: wherever it fits; off: never; wide: on, and "
+     "at one column 16 warps per block (two blocks per SM where the ring fits)",
+     0, 0, "auto,on,off,wide"},
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "planar_weights", "false",
      "Q4_0 and IQ4_NL on compute capability 9.0: keep a planar copy of the weights (as many bytes again as "
      "the tensor, counted in prepared bytes, shared by prepared ops on the same tensor) for the lanes kernel "
@@ -81,6 +82,7 @@ uint32_t mma_mode(const kpr_option_set *opts) {
     const char *v = cuda::option_value(opts, "tile_kernel");
     if (v != nullptr && std::strcmp(v, "on") == 0) return cuda::kMmaOn;
     if (v != nullptr && std::strcmp(v, "off") == 0) return cuda::kMmaOff;
+    if (v != nullptr && std::strcmp(v, "wide") == 0) return cuda::kMmaWide;
     return cuda::kMmaAuto;
 }
 
@@ -89,7 +91,7 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     const char *v = cuda::option_value(opts, "block_lanes");
     if (v != nullptr && std::strcmp(v, "on") == 0) return true;
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
-    return mma_mode(opts) != cuda::kMmaOn && lanes_auto(op, sms, ncols); // tile_kernel = on keeps the tile kernel
+    return mma_mode(opts) != cuda::kMmaOn && mma_mode(opts) != cuda::kMmaWide && lanes_auto(op, sms, ncols); // tile_kernel = on keeps the tile kernel
 }
 
 // What the lanes kernel (planar_q4.cu) will do for op, decided once for query and prepare: its launcher,
@@ -183,7 +185,9 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     ta.nb = static_cast<uint32_t>(op->cols / td->qk);
     ta.x.cols = static_cast<uint32_t>(op->cols);
     const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
-    const char *layout = tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
+    const bool wide = tile && op->ncols == 1 && cuda::mma_wide_type(op->weight_type, ta);
+    const char *layout = tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
+                         : tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
                          : sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
                          : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
                                                                                : "a row per warp";
@@ -336,6 +340,15 @@ constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, 
                                    KPR_TYPE_IQ4_XS};
 constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
+// tile_kernel = wide at one column (16 warps per block): the one-column shapes above and the target shape
+constexpr Shape kWideShapes[] = {
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1},
+};
+constexpr uint32_t kNWideShapes = sizeof(kWideShapes) / sizeof(kWideShapes[0]);
+constexpr uint32_t kNWide = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNWideShapes;
+const kpr_option_value kTileWide[] = {{"tile_kernel", "wide"}};
 
 // The lanes kernel forced on (block_lanes = on; Q4_0 and IQ4_NL with planar_weights = true) at one and two
 // columns: one kernel per call (>= 2^25 weights) and the quantizer + kernel (smaller), odd row counts,
@@ -360,14 +373,16 @@ constexpr uint32_t kNPlanar = sizeof(kPlanarTypes) / sizeof(kPlanarTypes[0]) * k
 const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes", "on"}};
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
-uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar; }
+uint32_t p_selftest_count(void *, const kpr_device_desc *) {
+    return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide;
+}
 
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
-    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar][96];
+    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide][96];
     const Shape *s;
     uint32_t type;
     const char *tname;
-    bool tile_on = false, planar_on = false;
+    bool tile_on = false, planar_on = false, wide = false;
     if (index < kNTypes * kNShapes) {
         const TypeName &t = kTypes[index / kNShapes];
         s = &kShapes[index % kNShapes];
@@ -390,6 +405,12 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
         s = &kPlanarShapes[e % kNPlanarShapes];
         tname = cuda::type_desc(type)->name;
         planar_on = true;
+    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide) {
+        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile - kNPlanar;
+        type = kTileTypes[e / kNWideShapes];
+        s = &kWideShapes[e % kNWideShapes];
+        tname = cuda::type_desc(type)->name;
+        wide = true;
     } else {
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
     }
@@ -399,6 +420,7 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
     if (cols % td->qk) cols = (cols / 256 + 1) * 256;
     std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", tname, s->tag, s->ncols,
                   tile_on     ? " tile_kernel=on"
+                  : wide      ? " tile_kernel=wide"
                   : !planar_on ? ""
                   : type == KPR_TYPE_Q4_K ? " block_lanes=on"
                                           : " planar_weights block_lanes=on");
@@ -407,10 +429,11 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
                      s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
                      static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr,
                      tile_on     ? kTileOn
+                     : wide      ? kTileWide
                      : !planar_on ? nullptr
                      : type == KPR_TYPE_Q4_K ? kLanesOn
                                              : kPlanarOn,
-                     tile_on || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
+                     tile_on || wide || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

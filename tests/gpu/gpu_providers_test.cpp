@@ -263,6 +263,13 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
         EXPECT_TRUE(o.accepted) << o.reason;
         return std::strstr(o.reason, "tensor-core tile kernel") != nullptr;
     };
+    // the one-column tile kernel with 16 warps per tile (mma_wide)
+    auto wide = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc, const char *mode) {
+        kpr_option_value ov{"tile_kernel", mode};
+        kpr_offer o = ask(*p, gemv(type, rows, cols, nc), kH200, &ov, 1u);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        return std::strstr(o.reason, "16 warps per tile") != nullptr;
+    };
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, nullptr));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, nullptr));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 3, "auto"));
@@ -275,8 +282,18 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // one column, one wave: quantizing in the kernel
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 8192, 28672, 1, "auto")); // several waves, long rows
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves, short rows: the row kernel
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto")); // 4-bit types: the row kernel on long rows
-    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));  // Q4_0 on rows up to 4096 columns
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL, Q4_K: the row kernel on long rows
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));  // Q4_0 in one wave: 16 warps per tile
+    EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));
+    EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 8192, 28672, 1, "auto"));  // several waves, rows of 12288+ columns
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 28672, 8192, 1, "auto")); // several waves, shorter rows: the row kernel
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));  // Q4_0 on rows up to 4096 columns: 8 warps
+    EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));
+    EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // other types: 8 warps unless asked
+    EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide"));
+    EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide")); // one column only
+    EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide"));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 4096, 1, "auto")); // IQ4_NL too, in one wave
     EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 4096, 1, "auto")); // Q4_K, Q5_K only on small matrices

@@ -361,11 +361,14 @@ constexpr int mma_stages() {
 // (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3 -> 16.95 us, Q4_0 14.5
 // -> 13.3, IQ4_NL 15.8 -> 15.2.
 template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false>
-__global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
+__global__ void __launch_bounds__(32 * W, W >= 16 ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX>;
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
-    __shared__ float red[W][G::ROWS * 8];
+    // a warp's partial sums, [G::ROWS * 8] floats, at the start of its own ring once its chunks are read (all
+    // it requested has landed by then), so that the block's static shared memory does not grow with W
+    static_assert(S * G::STAGE >= G::ROWS * 8 * sizeof(float), "a warp's ring holds its partial sums");
+    auto red = [&](uint32_t w) { return reinterpret_cast<float *>(mma_ring + w * S * G::STAGE); };
     __shared__ alignas(8) uint64_t bar[W][S]; // one mbarrier per stage of a warp's ring
 
     const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -590,29 +593,29 @@ __global__ void __launch_bounds__(32 * W, 1) gemv_mma_kernel(const GemvKArgs a, 
         __syncwarp(); // stage st is refilled by a later issue
     }
     if constexpr (FX) { // rows g, g + 8: one part per lane t, added below with the warps' slices
-        red[warp][g * 8 + t] = acc[0];
-        red[warp][(g + 8) * 8 + t] = acc[2];
+        red(warp)[g * 8 + t] = acc[0];
+        red(warp)[(g + 8) * 8 + t] = acc[2];
         __syncthreads();
         for (uint32_t r = threadIdx.x; r < G::ROWS; r += 32 * W) {
             float v = 0.0f;
 #pragma unroll
             for (int w = 0; w < W; ++w)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) v += red[w][r * 8 + i];
+                for (int i = 0; i < 4; ++i) v += red(w)[r * 8 + i];
             if (row0 + r < a.rows) a.y[row0 + r] = v;
         }
         return;
     }
-    red[warp][g * 8 + 2 * t] = acc[0];
-    red[warp][g * 8 + 2 * t + 1] = acc[1];
-    red[warp][(g + 8) * 8 + 2 * t] = acc[2];
-    red[warp][(g + 8) * 8 + 2 * t + 1] = acc[3];
+    red(warp)[g * 8 + 2 * t] = acc[0];
+    red(warp)[g * 8 + 2 * t + 1] = acc[1];
+    red(warp)[(g + 8) * 8 + 2 * t] = acc[2];
+    red(warp)[(g + 8) * 8 + 2 * t + 1] = acc[3];
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < G::ROWS * NC; i += 32 * W) {
         const uint32_t r = i / NC, j = i % NC;
         float v = 0.0f;
 #pragma unroll
-        for (int w = 0; w < W; ++w) v += red[w][r * 8 + j];
+        for (int w = 0; w < W; ++w) v += red(w)[r * 8 + j];
         if (row0 + r < a.rows) a.y[static_cast<uint64_t>(j) * a.rows + row0 + r] = v;
     }
 #endif
@@ -662,17 +665,36 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
 // one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
 // 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out).
-// IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_K and Q5_K only on small matrices (2048 x
+// IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_0 also where mma_wide takes it (16 warps per tile). Q4_K and Q5_K only on small matrices (2048 x
 // 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape).
+// Whether a one-column call of the tile kernel runs 16 warps per tile (two blocks of 512 threads per SM,
+// two stages per warp) instead of kMmaWarps (tile_kernel = wide, or auto where it measured faster). Each
+// warp then streams half as many chunks and an SM runs up to twice the warps: the one-column chunk costs
+// about 350 instructions per warp (quantizing its 8 units' activations, 16 rows' decodes, 8 mma), which 16
+// warps per SM issued at about half the rate the schedulers allow. Auto: Q4_0 where its tiles fit one wave
+// or its rows have 12288+ columns. Measured on the H200 (docs/measurements/h200-session18-runs.txt run 2,
+// the previous default -> this, us per call): 1024 x 4096 3.24 -> 2.25, 2048 x 8192 5.65 -> 4.45, 3584 x
+// 18944 15.57 -> 12.45, 4096 x 4096 5.15 (8 warps) -> 5.01, 4096 x 14336 11.15 -> 11.1, 5120 x 13824 14.6
+// -> 14.4, 8192 x 28672 46.9 -> 45.3-46.6 (run 1: 42.2), 4096 x 11008 9.87 -> 10.05 (the one loss);
+// other types slower (their stages are larger, one block per SM, or their decode longer; run 1: IQ4_NL
+// 4096 x 14336 11.7 -> 14.85, Q4_K 11.7 -> 13.85, Q8_0 16.2 -> 16.5), and over several waves of short rows
+// (Q4_0 14336 x 4096 12.95 -> 14.0: one chunk per warp).
+template <class M>
+inline bool mma_wide(const GemvArgs &a) {
+    if (a.mma_mode == kMmaWide) return true;
+    if (a.mma_mode != kMmaAuto || M::Block::TYPE != KPR_TYPE_Q4_0) return false;
+    return (a.rows + 15) / 16 <= 2 * a.sms || a.x.cols >= 12288;
+}
+
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
-    if (a.mma_mode == kMmaOn) return true;
+    if (a.mma_mode == kMmaOn || a.mma_mode == kMmaWide) return true;
     if (ncols == 1) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
-        case KPR_TYPE_Q4_0: return a.x.cols <= 4096;
+        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide<M>(a);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
         case KPR_TYPE_IQ4_XS: return true;
         default: return one_wave && a.x.cols <= 2048; // Q4_K, Q5_K
@@ -693,6 +715,19 @@ inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     case KPR_TYPE_Q5_K: return mma_serves<MmaQ5_K>(a, ncols);
     case KPR_TYPE_IQ4_NL: return mma_serves<MmaIQ4_NL>(a, ncols);
     case KPR_TYPE_IQ4_XS: return mma_serves<MmaIQ4_XS>(a, ncols);
+    default: return false;
+    }
+}
+
+// mma_wide on the runtime weight type, for offers' reasons.
+inline bool mma_wide_type(uint32_t type, const GemvArgs &a) {
+    switch (type) {
+    case KPR_TYPE_Q8_0: return mma_wide<MmaQ8_0>(a);
+    case KPR_TYPE_Q4_0: return mma_wide<MmaQ4_0>(a);
+    case KPR_TYPE_Q4_K: return mma_wide<MmaQ4_K>(a);
+    case KPR_TYPE_Q5_K: return mma_wide<MmaQ5_K>(a);
+    case KPR_TYPE_IQ4_NL: return mma_wide<MmaIQ4_NL>(a);
+    case KPR_TYPE_IQ4_XS: return mma_wide<MmaIQ4_XS>(a);
     default: return false;
     }
 }
@@ -719,7 +754,7 @@ cudaError_t allow_mma_smem(K k, size_t dyn, std::atomic<bool> (&set)[64]) {
 template <class M, int W, int S>
 bool mma_fits(const GemvArgs &a, size_t dyn) {
     return a.x.vbase == 0 && a.nb % M::CB == 0 && a.row_bytes == uint64_t(a.nb) * M::Block::BS &&
-           a.x.cols == a.nb * M::Block::QK && dyn + sizeof(float) * W * 16 * 8 + 8 * W * S <= a.smem_optin;
+           a.x.cols == a.nb * M::Block::QK && dyn + 8 * W * S <= a.smem_optin;
 }
 
 // Launches the tile kernel <M, NC, W, S, FX, EARLY, DEFER> (ka: its arguments, dyn: bytes of ring) over
@@ -794,6 +829,7 @@ template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
     case 1:
+        if (mma_wide<M>(a)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
         if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
         return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);
     case 2: return launch_mma_waves<M, 2>(a, pdl, s);

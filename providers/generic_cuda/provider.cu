@@ -296,6 +296,7 @@ constexpr Shape kShapes[] = {
     {"4096x4096", KPR_OP_GEMV, 4096, 4096, 1, 1, 1, 1},
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 8, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 2, 1, 1, 1},
+    {"14339x4096", KPR_OP_GEMV, 14339, 4096, 1, 1, 1, 1}, // one column over several waves (lean_over_waves)
     {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
     {"77x1536", KPR_OP_GEMV, 77, 1536, 4, 1, 1, 1},
     {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},

@@ -160,6 +160,17 @@ inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 constexpr bool lean_row_kernel(uint32_t type) {
     return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S || type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_Q6_K;
 }
+// The types whose one-column row kernel has both instances (aligned rows), the lean one taken over several
+// waves: more than 32 rows per SM. Measured on the H200 (docs/measurements/h200-session18-runs.txt; run 3:
+// every aligned instance lean, against the committed build, alternating twice): lean is faster over several
+// waves and slower on 31 rows per SM (4096 x 14336: Q4_1 11.6 -> 15.6 us, Q5_0 13.2 -> 21.4, Q5_K 12.75 ->
+// 14.3; 4096 x 11008 likewise); Q2_K (11.0 -> 11.35 at 4096 x 14336) and IQ4_XS (equal everywhere) keep one
+// instance. Run 4 (this rule against the build before it): 14336 x 4096 Q4_1 14.6 -> 12.1, Q5_0 20.05 ->
+// 16.45, Q5_1 16.95 -> 13.9, Q5_K 14.9 -> 14.2; 11008 x 4096, 18944 x 3584, 8192 x 8192, 28672 x 8192
+// 1.01-1.23x; 4096 x 14336 and 4096 x 4096 unchanged (the aligned instance as before).
+constexpr bool lean_over_waves(uint32_t type) {
+    return type == KPR_TYPE_Q4_1 || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 || type == KPR_TYPE_Q5_K;
+}
 
 // The types whose one-column GEMV copies the whole activation vector into each block (where it fits,
 // launch_gemv_dyn), and with how many warps per block: 4 (four blocks per SM, the ring in static shared
@@ -272,8 +283,9 @@ __device__ __forceinline__ Tab tab_prologue(uint8_t *dyn) {
 // whole vector, with XB) instead of the static ring; CD == 2: half chunks (ChunkGeomHalf). UA: the rows
 // are not 16-byte aligned (a.aligned == 0): on 8.0+ the ring copies the 16-byte lines around each chunk
 // (a separate instance, so that the aligned one keeps its code); below 8.0 both take the register path.
+// LEAN: no register-staged path beside the ring on 8.0+ (lean_row_kernel, lean_over_waves).
 template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0, int CD = 1,
-          bool UA = false>
+          bool UA = false, bool LEAN = lean_row_kernel(T::TYPE)>
 __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
     // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
@@ -409,7 +421,7 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
 
     // kLean: no register-staged path compiled beside the ring (lean_row_kernel); else it stays, never taken
     // on 8.0+ (aligned rows), as the code shape these types measured fastest with
-    constexpr bool kLean = UA || lean_row_kernel(T::TYPE);
+    constexpr bool kLean = UA || LEAN;
     if (kAsync && (kLean || a.aligned)) {
         // cp.async: S - 1 chunks in flight while one is decoded, no registers spent on staging
         // bulk copies (bulk_copies_rows; aligned rows: every chunk is a multiple of 16 bytes)
@@ -566,6 +578,8 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
     const uint32_t rows_per_block = kGemvWarps * R;
     auto k = a.aligned ? gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, false>
                        : gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, true>;
+    if constexpr (NC == 1 && lean_over_waves(T::TYPE) && !lean_row_kernel(T::TYPE))
+        if (a.aligned && a.sms != 0 && a.rows > 32u * a.sms) k = gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, false, true>;
     return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks), dim3(32 * kGemvWarps), 0, pdl,
                       stream, static_cast<const GemvKArgs &>(a));
 }
@@ -575,9 +589,9 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
 // block. cudaErrorNotSupported where that would not leave room for the row kernel's warps per
 // multiprocessor (16: four blocks of 4 warps; the caller takes the other paths then: 4 blocks of ~36 KiB
 // static on a 228 KiB multiprocessor leave room for whole vectors up to about 16K columns).
-template <class T, class Tab, int XM, int W, int SD, int CD, bool UA>
+template <class T, class Tab, int XM, int W, int SD, int CD, bool UA, bool LEAN = lean_row_kernel(T::TYPE)>
 cudaError_t launch_gemv_dyn_instance(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD, CD, UA>;
+    auto k = gemv_rows_kernel<T, 1, 2, Tab, XM, W, SD, CD, UA, LEAN>;
     const uint32_t dyn = kDynRingBytes<T, 2, XM, W, SD, CD> + kTabDynBytes<Tab> +
                          (XM == kXWholeVector ? XWhole::bytes(a.x.cols) : 0);
     constexpr uint32_t kBlocksPerSm = GemvOcc<1, 2>::blocks_per_sm(W);
@@ -618,8 +632,10 @@ cudaError_t launch_gemv_dyn_instance(const GemvArgs &a, bool pdl, cudaStream_t s
 }
 template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0, int CD = 1>
 cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    return a.aligned ? launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false>(a, pdl, stream)
-                     : launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, true>(a, pdl, stream);
+    if (!a.aligned) return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, true>(a, pdl, stream);
+    if constexpr (lean_over_waves(T::TYPE) && !lean_row_kernel(T::TYPE))
+        if (a.sms != 0 && a.rows > 32u * a.sms) return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false, true>(a, pdl, stream);
+    return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false>(a, pdl, stream);
 }
 
 // ---- the 4-row kernel (compute capability 8.0+, plain GEMV of a 256-weight-block type, ncols >= 3) ---

@@ -290,7 +290,14 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 28672, 8192, 1, "auto")); // several waves, shorter rows: the row kernel
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));  // Q4_0 on rows up to 4096 columns: 8 warps
     EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));
-    EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // other types: 8 warps unless asked
+    EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // Q8_0, Q4_K, Q5_K: 16 warps at most one tile per SM
+    EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 2048, 14336, 1, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 2048, 8192, 1, "auto"));
+    EXPECT_TRUE(wide(KPR_TYPE_Q4_K, 2048, 8192, 1, "auto"));
+    EXPECT_TRUE(wide(KPR_TYPE_Q5_K, 1024, 4096, 1, "auto"));
+    EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 2048, 2048, 1, "auto")); // rows under 4096 columns: 8 warps
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 3584, 18944, 1, "auto")); // more tiles than SMs: the row kernel
+    EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "auto")); // IQ4_NL, IQ4_XS: 8 warps unless asked
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide"));
     EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide")); // one column only
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide"));

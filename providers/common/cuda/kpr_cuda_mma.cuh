@@ -665,7 +665,8 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
 // one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
 // 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out).
-// IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_0 also where mma_wide takes it (16 warps per tile). Q4_K and Q5_K only on small matrices (2048 x
+// IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_0, Q8_0, Q4_K and Q5_K also where mma_wide takes
+// them (16 warps per tile). Q4_K and Q5_K only on small matrices (2048 x
 // 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape).
 // Whether a one-column call of the tile kernel runs 16 warps per tile (two blocks of 512 threads per SM,
 // two stages per warp) instead of kMmaWarps (tile_kernel = wide, or auto where it measured faster). Each
@@ -679,11 +680,25 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // other types slower (their stages are larger, one block per SM, or their decode longer; run 1: IQ4_NL
 // 4096 x 14336 11.7 -> 14.85, Q4_K 11.7 -> 13.85, Q8_0 16.2 -> 16.5), and over several waves of short rows
 // (Q4_0 14336 x 4096 12.95 -> 14.0: one chunk per warp).
+// Q8_0, Q4_K and Q5_K where there is at most one tile per SM (one block per SM: their rings of 16 warps
+// take 172 / 221 KiB) and rows of 4096+ columns; the previous default (Q8_0: the 8-warp tile kernel; Q4_K,
+// Q5_K: the row kernel) -> 16 warps, run 5 of h200-session18-runs.txt: Q8_0 2048 x 14336 10.95 -> 8.4,
+// 1536 x 8960 6.9 -> 5.1, 2048 x 8192 7.15 -> 5.7, 2048 x 5632 5.35 -> 4.6, 1024 x 4096 2.65 -> 2.5; Q4_K
+// 10.9 -> 8.5, 5.8 -> 5.1, 7.0 -> 4.8, 5.55 -> 3.7, 3.2 -> 2.6; Q5_K 11.7 -> 9.5, 6.05 -> 5.9, 7.45 -> 6.25,
+// 5.85 -> 5.1, 3.25 -> 2.85; slower on 2048 x 2048 (Q8_0 2.55 -> 2.7) and on 3584 x 18944 (224 tiles: Q4_K
+// 14.75 -> 16.05, Q5_K 16.2 -> 21.6). IQ4_NL (0.84-1.12x) and IQ4_XS (0.85-1.04x) keep 8 warps.
 template <class M>
 inline bool mma_wide(const GemvArgs &a) {
     if (a.mma_mode == kMmaWide) return true;
-    if (a.mma_mode != kMmaAuto || M::Block::TYPE != KPR_TYPE_Q4_0) return false;
-    return (a.rows + 15) / 16 <= 2 * a.sms || a.x.cols >= 12288;
+    if (a.mma_mode != kMmaAuto) return false;
+    const uint32_t tiles = (a.rows + 15) / 16;
+    switch (M::Block::TYPE) {
+    case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
+    case KPR_TYPE_Q8_0:
+    case KPR_TYPE_Q4_K:
+    case KPR_TYPE_Q5_K: return tiles <= a.sms && a.x.cols >= 4096;
+    default: return false;
+    }
 }
 
 template <class M>
@@ -697,7 +712,7 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide<M>(a);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
         case KPR_TYPE_IQ4_XS: return true;
-        default: return one_wave && a.x.cols <= 2048; // Q4_K, Q5_K
+        default: return (one_wave && a.x.cols <= 2048) || mma_wide<M>(a); // Q4_K, Q5_K
         }
     }
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return true; // 2..8 columns

@@ -91,7 +91,9 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     const char *v = cuda::option_value(opts, "block_lanes");
     if (v != nullptr && std::strcmp(v, "on") == 0) return true;
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
-    return mma_mode(opts) != cuda::kMmaOn && mma_mode(opts) != cuda::kMmaWide && lanes_auto(op, sms, ncols); // tile_kernel = on keeps the tile kernel
+    // tile_kernel = on / wide keep the tile kernel
+    const uint32_t tile = mma_mode(opts);
+    return tile != cuda::kMmaOn && tile != cuda::kMmaWide && lanes_auto(op, sms, ncols);
 }
 
 // What the lanes kernel (planar_q4.cu) will do for op, decided once for query and prepare: its launcher,

@@ -419,8 +419,8 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
         }
     };
 
-    // kLean: no register-staged path compiled beside the ring (lean_row_kernel); else it stays, never taken
-    // on 8.0+ (aligned rows), as the code shape these types measured fastest with
+    // kLean: no register-staged path compiled beside the ring (LEAN: lean_row_kernel, lean_over_waves); else
+    // it stays, never taken on 8.0+ (aligned rows), as the code shape these types measured fastest with
     constexpr bool kLean = UA || LEAN;
     if (kAsync && (kLean || a.aligned)) {
         // cp.async: S - 1 chunks in flight while one is decoded, no registers spent on staging

@@ -187,7 +187,7 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     ta.nb = static_cast<uint32_t>(op->cols / td->qk);
     ta.x.cols = static_cast<uint32_t>(op->cols);
     const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
-    const bool wide = tile && op->ncols == 1 && cuda::mma_wide_type(op->weight_type, ta);
+    const bool wide = tile && op->ncols == 1 && cuda::mma_wide(op->weight_type, ta);
     const char *layout = tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
                          : tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
                          : sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"

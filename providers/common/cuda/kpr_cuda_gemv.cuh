@@ -171,6 +171,14 @@ constexpr bool lean_row_kernel(uint32_t type) {
 constexpr bool lean_over_waves(uint32_t type) {
     return type == KPR_TYPE_Q4_1 || type == KPR_TYPE_Q5_0 || type == KPR_TYPE_Q5_1 || type == KPR_TYPE_Q5_K;
 }
+static_assert(!lean_over_waves(KPR_TYPE_IQ3_XXS) && !lean_over_waves(KPR_TYPE_IQ3_S) &&
+                  !lean_over_waves(KPR_TYPE_IQ4_NL) && !lean_over_waves(KPR_TYPE_Q6_K),
+              "lean_row_kernel's types have only the lean instance");
+// Whether an aligned one-column call of type T takes the lean instance (lean_over_waves)
+template <class T>
+inline bool takes_lean_over_waves(const GemvArgs &a) {
+    return lean_over_waves(T::TYPE) && a.aligned && a.sms != 0 && a.rows > 32u * a.sms;
+}
 
 // The types whose one-column GEMV copies the whole activation vector into each block (where it fits,
 // launch_gemv_dyn), and with how many warps per block: 4 (four blocks per SM, the ring in static shared
@@ -578,8 +586,8 @@ cudaError_t launch_gemv(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_
     const uint32_t rows_per_block = kGemvWarps * R;
     auto k = a.aligned ? gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, false>
                        : gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, true>;
-    if constexpr (NC == 1 && lean_over_waves(T::TYPE) && !lean_row_kernel(T::TYPE))
-        if (a.aligned && a.sms != 0 && a.rows > 32u * a.sms) k = gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, false, true>;
+    if constexpr (NC == 1 && lean_over_waves(T::TYPE))
+        if (takes_lean_over_waves<T>(a)) k = gemv_rows_kernel<T, NC, R, Tab, XM, kGemvWarps, 0, CD, false, true>;
     return launch_pdl(k, dim3((a.rows + rows_per_block - 1) / rows_per_block, tasks), dim3(32 * kGemvWarps), 0, pdl,
                       stream, static_cast<const GemvKArgs &>(a));
 }
@@ -633,8 +641,8 @@ cudaError_t launch_gemv_dyn_instance(const GemvArgs &a, bool pdl, cudaStream_t s
 template <class T, class Tab, int XM, int W = kGemvWarps, int SD = 0, int CD = 1>
 cudaError_t launch_gemv_dyn(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     if (!a.aligned) return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, true>(a, pdl, stream);
-    if constexpr (lean_over_waves(T::TYPE) && !lean_row_kernel(T::TYPE))
-        if (a.sms != 0 && a.rows > 32u * a.sms) return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false, true>(a, pdl, stream);
+    if constexpr (lean_over_waves(T::TYPE))
+        if (takes_lean_over_waves<T>(a)) return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false, true>(a, pdl, stream);
     return launch_gemv_dyn_instance<T, Tab, XM, W, SD, CD, false>(a, pdl, stream);
 }
 

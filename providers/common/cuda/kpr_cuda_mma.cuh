@@ -640,6 +640,38 @@ KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
 KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 #undef KPR_MMA_FOR
 
+// Whether a one-column call of the tile kernel runs 16 warps per tile (two blocks of 512 threads per SM,
+// two stages per warp) instead of kMmaWarps (tile_kernel = wide, or auto where it measured faster). Each
+// warp then streams half as many chunks and an SM runs up to twice the warps: the one-column chunk costs
+// about 350 instructions per warp (quantizing its 8 units' activations, 16 rows' decodes, 8 mma), which 16
+// warps per SM issued at about half the rate the schedulers allow. Auto: Q4_0 where its tiles fit one wave
+// or its rows have 12288+ columns. Measured on the H200 (docs/measurements/h200-session18-runs.txt run 2,
+// the previous default -> this, us per call): 1024 x 4096 3.24 -> 2.25, 2048 x 8192 5.65 -> 4.45, 3584 x
+// 18944 15.57 -> 12.45, 4096 x 4096 5.15 (8 warps) -> 5.01, 4096 x 14336 11.15 -> 11.1, 5120 x 13824 14.6
+// -> 14.4, 8192 x 28672 46.9 -> 45.3-46.6 (run 1: 42.2), 4096 x 11008 9.87 -> 10.05 (the one loss);
+// other types slower (their stages are larger, one block per SM, or their decode longer; run 1: IQ4_NL
+// 4096 x 14336 11.7 -> 14.85, Q4_K 11.7 -> 13.85, Q8_0 16.2 -> 16.5), and over several waves of short rows
+// (Q4_0 14336 x 4096 12.95 -> 14.0: one chunk per warp).
+// Q8_0, Q4_K and Q5_K where there is at most one tile per SM (one block per SM: their rings of 16 warps
+// take 172 / 221 KiB) and rows of 4096+ columns; the previous default (Q8_0: the 8-warp tile kernel; Q4_K,
+// Q5_K: the row kernel) -> 16 warps, run 5 of h200-session18-runs.txt: Q8_0 2048 x 14336 10.95 -> 8.4,
+// 1536 x 8960 6.9 -> 5.1, 2048 x 8192 7.15 -> 5.7, 2048 x 5632 5.35 -> 4.6, 1024 x 4096 2.65 -> 2.5; Q4_K
+// 10.9 -> 8.5, 5.8 -> 5.1, 7.0 -> 4.8, 5.55 -> 3.7, 3.2 -> 2.6; Q5_K 11.7 -> 9.5, 6.05 -> 5.9, 7.45 -> 6.25,
+// 5.85 -> 5.1, 3.25 -> 2.85; slower on 2048 x 2048 (Q8_0 2.55 -> 2.7) and on 3584 x 18944 (224 tiles: Q4_K
+// 14.75 -> 16.05, Q5_K 16.2 -> 21.6). IQ4_NL (0.84-1.12x) and IQ4_XS (0.85-1.04x) keep 8 warps.
+inline bool mma_wide(uint32_t type, const GemvArgs &a) {
+    if (a.mma_mode == kMmaWide) return true;
+    if (a.mma_mode != kMmaAuto) return false;
+    const uint32_t tiles = (a.rows + 15) / 16;
+    switch (type) {
+    case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
+    case KPR_TYPE_Q8_0:
+    case KPR_TYPE_Q4_K:
+    case KPR_TYPE_Q5_K: return tiles <= a.sms && a.x.cols >= 4096;
+    default: return false;
+    }
+}
+
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from
 // H200 measurements, the tile kernel forced on against the row kernels in one lease, whole calls in us
 // (docs/benchmarks.md "The tensor-core tile kernel", `kpr_cuda_bench --tile-vs-row`). Its time hardly
@@ -668,39 +700,6 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_0, Q8_0, Q4_K and Q5_K also where mma_wide takes
 // them (16 warps per tile). Q4_K and Q5_K only on small matrices (2048 x
 // 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape).
-// Whether a one-column call of the tile kernel runs 16 warps per tile (two blocks of 512 threads per SM,
-// two stages per warp) instead of kMmaWarps (tile_kernel = wide, or auto where it measured faster). Each
-// warp then streams half as many chunks and an SM runs up to twice the warps: the one-column chunk costs
-// about 350 instructions per warp (quantizing its 8 units' activations, 16 rows' decodes, 8 mma), which 16
-// warps per SM issued at about half the rate the schedulers allow. Auto: Q4_0 where its tiles fit one wave
-// or its rows have 12288+ columns. Measured on the H200 (docs/measurements/h200-session18-runs.txt run 2,
-// the previous default -> this, us per call): 1024 x 4096 3.24 -> 2.25, 2048 x 8192 5.65 -> 4.45, 3584 x
-// 18944 15.57 -> 12.45, 4096 x 4096 5.15 (8 warps) -> 5.01, 4096 x 14336 11.15 -> 11.1, 5120 x 13824 14.6
-// -> 14.4, 8192 x 28672 46.9 -> 45.3-46.6 (run 1: 42.2), 4096 x 11008 9.87 -> 10.05 (the one loss);
-// other types slower (their stages are larger, one block per SM, or their decode longer; run 1: IQ4_NL
-// 4096 x 14336 11.7 -> 14.85, Q4_K 11.7 -> 13.85, Q8_0 16.2 -> 16.5), and over several waves of short rows
-// (Q4_0 14336 x 4096 12.95 -> 14.0: one chunk per warp).
-// Q8_0, Q4_K and Q5_K where there is at most one tile per SM (one block per SM: their rings of 16 warps
-// take 172 / 221 KiB) and rows of 4096+ columns; the previous default (Q8_0: the 8-warp tile kernel; Q4_K,
-// Q5_K: the row kernel) -> 16 warps, run 5 of h200-session18-runs.txt: Q8_0 2048 x 14336 10.95 -> 8.4,
-// 1536 x 8960 6.9 -> 5.1, 2048 x 8192 7.15 -> 5.7, 2048 x 5632 5.35 -> 4.6, 1024 x 4096 2.65 -> 2.5; Q4_K
-// 10.9 -> 8.5, 5.8 -> 5.1, 7.0 -> 4.8, 5.55 -> 3.7, 3.2 -> 2.6; Q5_K 11.7 -> 9.5, 6.05 -> 5.9, 7.45 -> 6.25,
-// 5.85 -> 5.1, 3.25 -> 2.85; slower on 2048 x 2048 (Q8_0 2.55 -> 2.7) and on 3584 x 18944 (224 tiles: Q4_K
-// 14.75 -> 16.05, Q5_K 16.2 -> 21.6). IQ4_NL (0.84-1.12x) and IQ4_XS (0.85-1.04x) keep 8 warps.
-template <class M>
-inline bool mma_wide(const GemvArgs &a) {
-    if (a.mma_mode == kMmaWide) return true;
-    if (a.mma_mode != kMmaAuto) return false;
-    const uint32_t tiles = (a.rows + 15) / 16;
-    switch (M::Block::TYPE) {
-    case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
-    case KPR_TYPE_Q8_0:
-    case KPR_TYPE_Q4_K:
-    case KPR_TYPE_Q5_K: return tiles <= a.sms && a.x.cols >= 4096;
-    default: return false;
-    }
-}
-
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
@@ -709,10 +708,10 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
-        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide<M>(a);
+        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
         case KPR_TYPE_IQ4_XS: return true;
-        default: return (one_wave && a.x.cols <= 2048) || mma_wide<M>(a); // Q4_K, Q5_K
+        default: return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a); // Q4_K, Q5_K
         }
     }
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return true; // 2..8 columns
@@ -730,19 +729,6 @@ inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     case KPR_TYPE_Q5_K: return mma_serves<MmaQ5_K>(a, ncols);
     case KPR_TYPE_IQ4_NL: return mma_serves<MmaIQ4_NL>(a, ncols);
     case KPR_TYPE_IQ4_XS: return mma_serves<MmaIQ4_XS>(a, ncols);
-    default: return false;
-    }
-}
-
-// mma_wide on the runtime weight type, for offers' reasons.
-inline bool mma_wide_type(uint32_t type, const GemvArgs &a) {
-    switch (type) {
-    case KPR_TYPE_Q8_0: return mma_wide<MmaQ8_0>(a);
-    case KPR_TYPE_Q4_0: return mma_wide<MmaQ4_0>(a);
-    case KPR_TYPE_Q4_K: return mma_wide<MmaQ4_K>(a);
-    case KPR_TYPE_Q5_K: return mma_wide<MmaQ5_K>(a);
-    case KPR_TYPE_IQ4_NL: return mma_wide<MmaIQ4_NL>(a);
-    case KPR_TYPE_IQ4_XS: return mma_wide<MmaIQ4_XS>(a);
     default: return false;
     }
 }
@@ -844,7 +830,7 @@ template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
     case 1:
-        if (mma_wide<M>(a)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
+        if (mma_wide(M::Block::TYPE, a)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
         if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
         return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);
     case 2: return launch_mma_waves<M, 2>(a, pdl, s);

@@ -55,8 +55,8 @@ const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
      "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, compute "
      "capability 9.0): "
-     "auto: where it measured faster than the row kernels; on: wherever it fits; off: never; wide: on, and "
-     "at one column 16 warps per block (two blocks per SM where the ring fits)",
+     "auto: where it measured faster than the row kernels; on: wherever it fits; off: never; wide: on, with "
+     "16 warps per 16-row tile (at 2..8 columns where that ring fits)",
      0, 0, "auto,on,off,wide"},
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "planar_weights", "false",
      "Q4_0 and IQ4_NL on compute capability 9.0: keep a planar copy of the weights (as many bytes again as "
@@ -183,11 +183,13 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     ta.mma_mode = mma_mode(opts);
     ta.xq_n = 1;
     ta.sms = dev->sm_count;
+    ta.smem_optin = dev->smem_per_block_optin;
+    ta.smem_sm = dev->smem_per_sm;
     ta.rows = static_cast<uint32_t>(op->rows);
     ta.nb = static_cast<uint32_t>(op->cols / td->qk);
     ta.x.cols = static_cast<uint32_t>(op->cols);
     const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
-    const bool wide = tile && op->ncols == 1 && cuda::mma_wide(op->weight_type, ta);
+    const bool wide = tile && cuda::mma_wide(op->weight_type, ta, op->ncols);
     const char *layout = tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
                          : tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
                          : sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
@@ -343,11 +345,15 @@ constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, 
                                    KPR_TYPE_IQ4_XS};
 constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
-// tile_kernel = wide at one column (16 warps per block): the one-column shapes above and the target shape
+// tile_kernel = wide (16 warps per block): the one-column shapes above and the target shape, and 2..8
+// columns (the quantizer, then the kernel) on a partial tile, several waves and warps without a chunk
 constexpr Shape kWideShapes[] = {
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
     {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
-    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"77x1536", KPR_OP_GEMV, 77, 1536, 2, 1, 1, 1},
+    {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},   {"14336x4096", KPR_OP_GEMV, 14336, 4096, 4, 1, 1, 1},
+    {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},     {"4097x512", KPR_OP_GEMV, 4097, 512, 6, 1, 1, 1},
+    {"2048x8192", KPR_OP_GEMV, 2048, 8192, 7, 1, 1, 1},   {"4093x14336", KPR_OP_GEMV, 4093, 14336, 8, 1, 1, 1},
 };
 constexpr uint32_t kNWideShapes = sizeof(kWideShapes) / sizeof(kWideShapes[0]);
 constexpr uint32_t kNWide = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNWideShapes;

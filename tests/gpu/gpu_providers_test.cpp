@@ -298,8 +298,17 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 2048, 2048, 1, "auto")); // rows under 4096 columns: 8 warps
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 3584, 18944, 1, "auto")); // more tiles than SMs: the row kernel
     EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "auto")); // IQ4_NL, IQ4_XS: 8 warps unless asked
+    EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide"));
-    EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide")); // one column only
+    EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide")); // wide: 16 warps at every column count
+    EXPECT_FALSE(wide(KPR_TYPE_IQ4_XS, 2048, 8192, 8, "wide")); // where the 16-warp ring fits
+    EXPECT_TRUE(wide(KPR_TYPE_IQ4_XS, 2048, 8192, 4, "wide"));
+    EXPECT_TRUE(wide(KPR_TYPE_Q4_K, 2048, 14336, 8, "auto")); // 2..8 columns, auto: one tile per SM
+    EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 1024, 4096, 3, "auto"));
+    EXPECT_TRUE(wide(KPR_TYPE_IQ4_XS, 2112, 4096, 2, "auto"));
+    EXPECT_FALSE(wide(KPR_TYPE_IQ4_XS, 2048, 8192, 5, "auto"));
+    EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 2128, 4096, 2, "auto")); // 133 tiles
+    EXPECT_FALSE(wide(KPR_TYPE_Q4_K, 4096, 14336, 8, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide"));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 4096, 1, "auto")); // IQ4_NL too, in one wave
     EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));

@@ -43,8 +43,8 @@ struct GemvArgs : GemvKArgs {
     uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, Q4_0,
                            // Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, kpr_cuda_mma.cuh mma_serves)
     uint32_t mma_mode;     // the tile kernel where sm90: kMmaAuto (where it measured faster), kMmaOn (wherever
-                           // it fits), kMmaOff (never), kMmaWide (kMmaOn, at one column 16 warps per tile:
-                           // mma_wide); generic_cuda's option tile_kernel
+                           // it fits), kMmaOff (never), kMmaWide (kMmaOn with 16 warps per tile where the
+                           // ring fits: mma_wide); generic_cuda's option tile_kernel
     uint32_t sms;          // multiprocessors
     uint32_t smem_optin;   // shared memory per block, opt-in maximum
     uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)

@@ -172,8 +172,9 @@ struct MmaQ4Like {
         if constexpr (NL) {
             iq4_product(r0.w, r8.w, b, sum);
         } else {
-            const uint32_t a[4] = {((r0.w & 0x0F0F0F0Fu) ^ 0x08080808u) << 4, ((r8.w & 0x0F0F0F0Fu) ^ 0x08080808u) << 4,
-                                   (r0.w & 0xF0F0F0F0u) ^ 0x80808080u, (r8.w & 0xF0F0F0F0u) ^ 0x80808080u};
+            // three instructions per word (and_xor: ptxas splits the plain expression into four)
+            const uint32_t a[4] = {and_xor(r0.w << 4, 0xF0F0F0F0u, 0x80808080u), and_xor(r8.w << 4, 0xF0F0F0F0u, 0x80808080u),
+                                   and_xor(r0.w, 0xF0F0F0F0u, 0x80808080u), and_xor(r8.w, 0xF0F0F0F0u, 0x80808080u)};
             mma_s8_16x8x32(a, b, sum);
         }
         dw0 = r0.d;
@@ -361,7 +362,7 @@ constexpr int mma_stages() {
 // (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3 -> 16.95 us, Q4_0 14.5
 // -> 13.3, IQ4_NL 15.8 -> 15.2.
 template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false>
-__global__ void __launch_bounds__(32 * W, W >= 16 ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
+__global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX>;
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
@@ -640,6 +641,30 @@ KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
 KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 #undef KPR_MMA_FOR
 
+// Bytes of a stage of the tile kernel's ring at nc columns (MmaGeom<M, NC>::STAGE, nc at run time).
+template <class M>
+constexpr uint32_t mma_stage_bytes(uint32_t nc) {
+    using G = MmaGeom<M, 1>;
+    return (G::OFF_X + G::XR * ActTiles::run_bytes(nc, M::SUMS) + 127) / 128 * 128;
+}
+
+// Whether the ring of 16 warps x 2 stages at 2..8 columns (and the kernel's static shared memory) fits
+// within optin bytes of shared memory per block.
+inline bool mma_wide_ring_fits(uint32_t type, uint32_t nc, uint32_t optin) {
+    uint32_t stage = 0;
+    switch (type) {
+    case KPR_TYPE_Q8_0: stage = mma_stage_bytes<MmaQ8_0>(nc); break;
+    case KPR_TYPE_Q4_0: stage = mma_stage_bytes<MmaQ4_0>(nc); break;
+    case KPR_TYPE_Q4_K: stage = mma_stage_bytes<MmaQ4_K>(nc); break;
+    case KPR_TYPE_Q5_K: stage = mma_stage_bytes<MmaQ5_K>(nc); break;
+    case KPR_TYPE_IQ4_NL: stage = mma_stage_bytes<MmaIQ4_NL>(nc); break;
+    case KPR_TYPE_IQ4_XS: stage = mma_stage_bytes<MmaIQ4_XS>(nc); break;
+    default: return false;
+    }
+    constexpr uint32_t W = 2 * kMmaWarps, S = 2;
+    return uint64_t(W) * S * stage + 8 * W * S <= optin;
+}
+
 // Whether a one-column call of the tile kernel runs 16 warps per tile (two blocks of 512 threads per SM,
 // two stages per warp) instead of kMmaWarps (tile_kernel = wide, or auto where it measured faster). Each
 // warp then streams half as many chunks and an SM runs up to twice the warps: the one-column chunk costs
@@ -659,10 +684,20 @@ KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 // 10.9 -> 8.5, 5.8 -> 5.1, 7.0 -> 4.8, 5.55 -> 3.7, 3.2 -> 2.6; Q5_K 11.7 -> 9.5, 6.05 -> 5.9, 7.45 -> 6.25,
 // 5.85 -> 5.1, 3.25 -> 2.85; slower on 2048 x 2048 (Q8_0 2.55 -> 2.7) and on 3584 x 18944 (224 tiles: Q4_K
 // 14.75 -> 16.05, Q5_K 16.2 -> 21.6). IQ4_NL (0.84-1.12x) and IQ4_XS (0.85-1.04x) keep 8 warps.
-inline bool mma_wide(uint32_t type, const GemvArgs &a) {
+// At 2..8 columns (the quantizer, then the tile kernel with 16 warps and 2 stages, one block per SM:
+// mma_wide_ring_fits): where there is at most one tile per SM, for all six types (auto), and wherever the
+// ring fits (wide; IQ4_XS's 16-warp ring fits up to 4 columns). Measured on the H200 (run 1 of
+// docs/measurements/h200-session19-runs.txt, --ab tile_kernel=auto,wide, 8 -> 16 warps, us per call):
+// 1024 x 4096 .. 2048 x 14336 Q4_K, Q5_K, IQ4_NL 1.02-1.63x (Q4_K 2048 x 14336 at 8 columns 12.16 ->
+// 8.35, IQ4_NL 1536 x 8960 at 4 columns 9.64 -> 6.11), Q8_0 0.99-1.30x, IQ4_XS 1.0-1.46x up to 4 columns;
+// 4096 x 4096 and 4096 x 14336 (256 tiles) slower for every type (0.71-0.98).
+inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
+    const uint32_t tiles = (a.rows + 15) / 16;
+    if (ncols != 1)
+        return (a.mma_mode == kMmaWide || (a.mma_mode == kMmaAuto && tiles <= a.sms)) &&
+               mma_wide_ring_fits(type, ncols, a.smem_optin);
     if (a.mma_mode == kMmaWide) return true;
     if (a.mma_mode != kMmaAuto) return false;
-    const uint32_t tiles = (a.rows + 15) / 16;
     switch (type) {
     case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
     case KPR_TYPE_Q8_0:
@@ -708,10 +743,10 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
-        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a);
+        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
         case KPR_TYPE_IQ4_XS: return true;
-        default: return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a); // Q4_K, Q5_K
+        default: return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1); // Q4_K, Q5_K
         }
     }
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return true; // 2..8 columns
@@ -766,20 +801,29 @@ bool mma_fits(const GemvArgs &a, size_t dyn) {
 // 4096 x 14336 16.95 -> 16.55 us, Q4_0 13.3 -> 12.75, IQ4_NL 15.2 -> 13.7, Q4_K 16.25 -> 14.6, Q5_K 17.9
 // -> 15.05, IQ4_XS 17.25 -> 14.8 (14336 x 4096: Q8_0 21.45 -> 20.3, Q4_0 14.4 -> 12.7). With the map's L2
 // promotion at 256 bytes: 0.1-0.4 us slower than none.
+// allow: the kernel's dynamic shared memory allowance (set once per device: the most any call asks), at
+// least dyn.
 template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false>
-cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, bool pdl, cudaStream_t stream) {
+cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, size_t allow, bool pdl,
+                               cudaStream_t stream) {
     TmaMap wmap{};
     const bool tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, MmaGeom<M, NC, FX>::CHUNK, 16);
     auto k = tma ? gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true> : gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false>;
     static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
-    const cudaError_t e = allow_mma_smem(k, dyn, set[tma ? 1 : 0]);
+    const cudaError_t e = allow_mma_smem(k, allow, set[tma ? 1 : 0]);
     if (e != cudaSuccess) return e;
     return launch_pdl(k, dim3((a.rows + 15) / 16), dim3(32 * W), dyn, pdl, stream, ka, wmap);
 }
 
+// W > kMmaWarps (mma_wide): one block per SM is meant, so a ring that would let two blocks share an SM
+// is padded past half of the SM's shared memory. Measured on the H200: Q4_0 at 4 columns, whose 16-warp
+// blocks (64 registers, 112 KiB) fit two per SM, took 7.3 us on 2048 x 8192 and 11.2 on 2048 x 14336 without
+// the padding (run 1 of h200-session19-runs.txt; 5.5 and 7.5 at 2 columns), 5.6 and 7.65 with it (run 2).
 template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
+    static_assert(mma_stage_bytes<M>(NC) == MmaGeom<M, NC>::STAGE, "mma_stage_bytes");
+    size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
+    if (W > kMmaWarps && a.smem_sm / 2 > dyn) dyn = a.smem_sm / 2;
     if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes ||
         !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
@@ -787,7 +831,7 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
         launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0,
                    pdl, stream, a.xf, static_cast<uint32_t>(NC), a.x.cols, reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
     if (e != cudaSuccess) return e;
-    return launch_tile_kernel<M, NC, W, S, false>(a, a, dyn, pdl, stream);
+    return launch_tile_kernel<M, NC, W, S, false>(a, a, dyn, dyn, pdl, stream);
 }
 
 // One column, the activations quantized in the tile kernel (FX): one kernel per call (the prepared scratch,
@@ -807,12 +851,19 @@ constexpr bool fx_refills_early() {
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
           bool DEFER = M::DEFER>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    const size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
-    if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || !mma_fits<M, W, S>(a, dyn))
+    const size_t ring = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
+    // Q4_0, 16 warps, at most one tile per SM: padded as in launch_mma, so that two blocks never share an
+    // SM. Measured on the H200 (run 2 of h200-session19-runs.txt, against the unpadded build, us per call):
+    // Q4_0 2048 x 14336 7.6 -> 6.5, 1024 x 4096 2.3 -> 2.2, 1536 x 8960 4.5 -> 4.3, 2048 x 8192 4.5 -> 4.7;
+    // Q4_K (whose 16-warp ring is as small) slower: 2048 x 8192 4.8 -> 5.6, 1536 x 8960 5.1 -> 5.35.
+    constexpr bool kPad = W > kMmaWarps && M::Block::TYPE == KPR_TYPE_Q4_0;
+    const size_t pad = kPad && a.smem_sm / 2 > ring ? a.smem_sm / 2 : ring;
+    const size_t dyn = (a.rows + 15) / 16 <= a.sms ? pad : ring;
+    if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || !mma_fits<M, W, S>(a, pad))
         return cudaErrorNotSupported;
     GemvKArgs ka = a;
     ka.x.f = a.xf;
-    return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER>(a, ka, dyn, pdl, stream);
+    return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER>(a, ka, dyn, pad, pdl, stream);
 }
 
 // NC columns, with the ring depth for the number of waves: where every tile is resident at once (two
@@ -821,6 +872,10 @@ cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // 19.8-20.7 with mma_stages). For Q8_0 the two are the same kernel.
 template <class M, int NC>
 cudaError_t launch_mma_waves(const GemvArgs &a, bool pdl, cudaStream_t s) {
+    if (mma_wide(M::Block::TYPE, a, NC)) {
+        const cudaError_t e = launch_mma<M, NC, 2 * kMmaWarps, 2>(a, pdl, s);
+        if (e != cudaErrorNotSupported) return e;
+    }
     if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma<M, NC>(a, pdl, s);
     return launch_mma<M, NC, kMmaWarps, 2>(a, pdl, s);
 }
@@ -830,7 +885,7 @@ template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
     case 1:
-        if (mma_wide(M::Block::TYPE, a)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
+        if (mma_wide(M::Block::TYPE, a, 1)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
         if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
         return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);
     case 2: return launch_mma_waves<M, 2>(a, pdl, s);

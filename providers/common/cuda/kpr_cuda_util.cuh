@@ -175,6 +175,14 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
     return d;
 }
 
+// (a & b) ^ c in one instruction. Written as two operations with constant b and c, ptxas emits two
+// LOP3s (an instruction takes one immediate); through PTX lop3 it keeps one, with c in a register.
+__device__ __forceinline__ uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); // 0x6A: (F0 & CC) ^ AA
+    return d;
+}
+
 // Four bits -> four bytes of 0x00 / 0xFF: bit j lands on bit 8j + 7 (the copies of the nibble that
 // the multiply makes are 7 bits apart, so none overlaps and nothing carries), then prmt replicates it.
 __device__ __forceinline__ uint32_t nibble_to_bytemask_prmt(uint32_t nib) {

@@ -623,7 +623,7 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
 }
 
 // The tile kernel's block type for T (void: none). One line per type with a tile kernel (and a case in
-// mma_serves_type below).
+// on_mma_type below).
 template <class T>
 struct MmaFor {
     using type = void;
@@ -641,6 +641,20 @@ KPR_MMA_FOR(TIQ4_NL, MmaIQ4_NL)
 KPR_MMA_FOR(TIQ4_XS, MmaIQ4_XS)
 #undef KPR_MMA_FOR
 
+// f(M{}) for the tile kernel's block type M of the runtime weight type (false: no tile kernel for it).
+template <class F>
+inline bool on_mma_type(uint32_t type, F &&f) {
+    switch (type) {
+    case KPR_TYPE_Q8_0: return f(MmaQ8_0{});
+    case KPR_TYPE_Q4_0: return f(MmaQ4_0{});
+    case KPR_TYPE_Q4_K: return f(MmaQ4_K{});
+    case KPR_TYPE_Q5_K: return f(MmaQ5_K{});
+    case KPR_TYPE_IQ4_NL: return f(MmaIQ4_NL{});
+    case KPR_TYPE_IQ4_XS: return f(MmaIQ4_XS{});
+    default: return false;
+    }
+}
+
 // Bytes of a stage of the tile kernel's ring at nc columns (MmaGeom<M, NC>::STAGE, nc at run time).
 template <class M>
 constexpr uint32_t mma_stage_bytes(uint32_t nc) {
@@ -651,18 +665,10 @@ constexpr uint32_t mma_stage_bytes(uint32_t nc) {
 // Whether the ring of 16 warps x 2 stages at 2..8 columns (and the kernel's static shared memory) fits
 // within optin bytes of shared memory per block.
 inline bool mma_wide_ring_fits(uint32_t type, uint32_t nc, uint32_t optin) {
-    uint32_t stage = 0;
-    switch (type) {
-    case KPR_TYPE_Q8_0: stage = mma_stage_bytes<MmaQ8_0>(nc); break;
-    case KPR_TYPE_Q4_0: stage = mma_stage_bytes<MmaQ4_0>(nc); break;
-    case KPR_TYPE_Q4_K: stage = mma_stage_bytes<MmaQ4_K>(nc); break;
-    case KPR_TYPE_Q5_K: stage = mma_stage_bytes<MmaQ5_K>(nc); break;
-    case KPR_TYPE_IQ4_NL: stage = mma_stage_bytes<MmaIQ4_NL>(nc); break;
-    case KPR_TYPE_IQ4_XS: stage = mma_stage_bytes<MmaIQ4_XS>(nc); break;
-    default: return false;
-    }
-    constexpr uint32_t W = 2 * kMmaWarps, S = 2;
-    return uint64_t(W) * S * stage + 8 * W * S <= optin;
+    return on_mma_type(type, [&](auto m) {
+        constexpr uint32_t W = 2 * kMmaWarps, S = 2;
+        return uint64_t(W) * S * mma_stage_bytes<decltype(m)>(nc) + 8 * W * S <= optin;
+    });
 }
 
 // Whether a one-column call of the tile kernel runs 16 warps per tile (two blocks of 512 threads per SM,
@@ -757,15 +763,7 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
 
 // mma_serves on the runtime weight type (false: no tile kernel for it), for offers' reasons.
 inline bool mma_serves_type(uint32_t type, const GemvArgs &a, uint32_t ncols) {
-    switch (type) {
-    case KPR_TYPE_Q8_0: return mma_serves<MmaQ8_0>(a, ncols);
-    case KPR_TYPE_Q4_0: return mma_serves<MmaQ4_0>(a, ncols);
-    case KPR_TYPE_Q4_K: return mma_serves<MmaQ4_K>(a, ncols);
-    case KPR_TYPE_Q5_K: return mma_serves<MmaQ5_K>(a, ncols);
-    case KPR_TYPE_IQ4_NL: return mma_serves<MmaIQ4_NL>(a, ncols);
-    case KPR_TYPE_IQ4_XS: return mma_serves<MmaIQ4_XS>(a, ncols);
-    default: return false;
-    }
+    return on_mma_type(type, [&](auto m) { return mma_serves<decltype(m)>(a, ncols); });
 }
 
 // Sets kernel k's dynamic shared memory allowance to dyn bytes once per device (`set`: the caller's flags,
@@ -815,15 +813,21 @@ cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dy
     return launch_pdl(k, dim3((a.rows + 15) / 16), dim3(32 * W), dyn, pdl, stream, ka, wmap);
 }
 
+// A 16-warp ring (mma_wide) padded to half of the SM's shared memory, so that two blocks never share an SM.
+inline size_t mma_ring_one_block_per_sm(size_t ring, const GemvArgs &a) {
+    return a.smem_sm / 2 > ring ? a.smem_sm / 2 : ring;
+}
+
 // W > kMmaWarps (mma_wide): one block per SM is meant, so a ring that would let two blocks share an SM
-// is padded past half of the SM's shared memory. Measured on the H200: Q4_0 at 4 columns, whose 16-warp
-// blocks (64 registers, 112 KiB) fit two per SM, took 7.3 us on 2048 x 8192 and 11.2 on 2048 x 14336 without
-// the padding (run 1 of h200-session19-runs.txt; 5.5 and 7.5 at 2 columns), 5.6 and 7.65 with it (run 2).
+// is padded past half of the SM's shared memory (mma_ring_one_block_per_sm). Measured on the H200: Q4_0 at
+// 4 columns, whose 16-warp blocks (64 registers, 112 KiB) fit two per SM, took 7.3 us on 2048 x 8192 and 11.2
+// on 2048 x 14336 without the padding (run 1 of h200-session19-runs.txt; 5.5 and 7.5 at 2 columns), 5.6 and
+// 7.65 with it (run 2).
 template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     static_assert(mma_stage_bytes<M>(NC) == MmaGeom<M, NC>::STAGE, "mma_stage_bytes");
-    size_t dyn = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
-    if (W > kMmaWarps && a.smem_sm / 2 > dyn) dyn = a.smem_sm / 2;
+    const size_t ring = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
+    const size_t dyn = W > kMmaWarps ? mma_ring_one_block_per_sm(ring, a) : ring;
     if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes ||
         !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
@@ -857,7 +861,7 @@ cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     // Q4_0 2048 x 14336 7.6 -> 6.5, 1024 x 4096 2.3 -> 2.2, 1536 x 8960 4.5 -> 4.3, 2048 x 8192 4.5 -> 4.7;
     // Q4_K (whose 16-warp ring is as small) slower: 2048 x 8192 4.8 -> 5.6, 1536 x 8960 5.1 -> 5.35.
     constexpr bool kPad = W > kMmaWarps && M::Block::TYPE == KPR_TYPE_Q4_0;
-    const size_t pad = kPad && a.smem_sm / 2 > ring ? a.smem_sm / 2 : ring;
+    const size_t pad = kPad ? mma_ring_one_block_per_sm(ring, a) : ring;
     const size_t dyn = (a.rows + 15) / 16 <= a.sms ? pad : ring;
     if (a.xf == nullptr || reinterpret_cast<uintptr_t>(a.xf) % 16 != 0 || a.xq_n != a.x.cols || !mma_fits<M, W, S>(a, pad))
         return cudaErrorNotSupported;

@@ -174,12 +174,13 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     offer->decline_code = KPR_OK;
     offer->prepared_bytes = cuda::gemv_scratch_bytes(op, k->float_x);
     offer->workspace_bytes = 0;
-    // the layout a call takes (kpr_cuda_gemv.cuh: launch_gemv_nc), for 16-byte-aligned weights
+    // the layout a call takes (kpr_cuda_gemv.cuh: launch_gemv_nc), for weights at a 16-byte-aligned address
     const bool sm80 = dev->cc_major >= 8 && !k->float_x && op->kind == KPR_OP_GEMV;
     // the tile kernel: mma_serves on what it decides from (the launcher may still decline: unaligned
     // weights, a row length that is not a multiple of its chunk)
     cuda::GemvArgs ta{};
     ta.sm90 = sm80 && dev->cc_major >= 9 ? 1u : 0u;
+    ta.aligned = cuda::row_bytes(td, op->cols) % 16 == 0 ? 1u : 0u; // (the weights' address is not known here)
     ta.mma_mode = mma_mode(opts);
     ta.xq_n = 1;
     ta.sms = dev->sm_count;
@@ -190,9 +191,12 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     ta.x.cols = static_cast<uint32_t>(op->cols);
     const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
     const bool wide = tile && cuda::mma_wide(op->weight_type, ta, op->ncols);
+    // the 4-row kernel (launch_gemv_nc): on rows that are not aligned for the types with its UA instance
+    const bool quad = sm80 && op->ncols >= 3 && td->qk == 256 &&
+                      (ta.aligned || (td->bytes % 16 != 0 && op->ncols >= cuda::quad_unaligned_min_cols(op->weight_type)));
     const char *layout = tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
                          : tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
-                         : sm80 && op->ncols >= 3 && td->qk == 256 ? "four rows per warp"
+                         : quad ? "four rows per warp"
                          : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
                                                                                : "a row per warp";
     // where a one-column call reads its activations (where the whole vector does not fit the
@@ -313,6 +317,10 @@ constexpr Shape kShapes[] = {
     {"4093x11008", KPR_OP_GEMV, 4093, 11008, 1, 1, 1, 1},
     {"2053x7712", KPR_OP_GEMV, 2053, 7712, 1, 1, 1, 1},
     {"1001x7712", KPR_OP_GEMV, 1001, 7712, 2, 1, 1, 1},
+    // and at 3..8 columns (the 4-row kernel's UA instance): 31 and 35 super-blocks (every 256-weight type
+    // but Q4_K and Q5_K unaligned), 4-row groups with 1 and 3 rows past the end
+    {"1001x7712", KPR_OP_GEMV, 1001, 7712, 8, 1, 1, 1},
+    {"263x8960", KPR_OP_GEMV, 263, 8960, 5, 1, 1, 1},
     {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
     {"moe 32e8u 2048x768 slots", KPR_OP_GEMV_GROUPED, 2048, 768, 3, 32, 8, 8},
 };
@@ -354,6 +362,8 @@ constexpr Shape kWideShapes[] = {
     {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},   {"14336x4096", KPR_OP_GEMV, 14336, 4096, 4, 1, 1, 1},
     {"257x2048", KPR_OP_GEMV, 257, 2048, 5, 1, 1, 1},     {"4097x512", KPR_OP_GEMV, 4097, 512, 6, 1, 1, 1},
     {"2048x8192", KPR_OP_GEMV, 2048, 8192, 7, 1, 1, 1},   {"4093x14336", KPR_OP_GEMV, 4093, 14336, 8, 1, 1, 1},
+    // 35 super-blocks: IQ4_XS rows not 16-byte aligned (chunks of one block, MmaOneBlock)
+    {"1536x8960", KPR_OP_GEMV, 1536, 8960, 1, 1, 1, 1},   {"263x8960", KPR_OP_GEMV, 263, 8960, 3, 1, 1, 1},
 };
 constexpr uint32_t kNWideShapes = sizeof(kWideShapes) / sizeof(kWideShapes[0]);
 constexpr uint32_t kNWide = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNWideShapes;

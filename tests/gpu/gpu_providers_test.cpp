@@ -323,6 +323,32 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, "off"));
     EXPECT_FALSE(tile(KPR_TYPE_Q6_K, 4096, 14336, 8, "on")); // no tile kernel for the type
     EXPECT_FALSE(tile(KPR_TYPE_F16, 4096, 14336, 8, "on"));
+    // rows that are not 16-byte aligned: IQ4_XS's tile kernel in chunks of one block (MmaOneBlock), at one
+    // column where there is at most one tile per SM; no other type's, even forced on
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 1536, 8960, 1, "auto"));
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_XS, 4096, 11008, 1, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 4096, 11008, 2, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 4096, 11008, 1, "on"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 2048, 7712, 2, "on"));
+    EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 2048, 7712, 1, "on"));
+}
+
+// generic_cuda's 4-row kernel in the offer's reason: on aligned rows from 3 columns, on rows that are not
+// aligned from quad_unaligned_min_cols (Q6_K 5, the other types without 16-byte blocks 3).
+TEST(CudaNegotiation, GenericCudaFourRowKernel) {
+    auto p = get("generic_cuda");
+    ASSERT_TRUE(p->ok()) << p->error;
+    auto quad = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc) {
+        kpr_offer o = ask(*p, gemv(type, rows, cols, nc), kH200);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        return std::strstr(o.reason, "four rows per warp") != nullptr;
+    };
+    EXPECT_TRUE(quad(KPR_TYPE_Q6_K, 4096, 14336, 3)); // aligned
+    EXPECT_FALSE(quad(KPR_TYPE_Q6_K, 4096, 11008, 4));
+    EXPECT_TRUE(quad(KPR_TYPE_Q6_K, 4096, 11008, 5));
+    EXPECT_TRUE(quad(KPR_TYPE_Q3_K, 4096, 11008, 3));
+    EXPECT_TRUE(quad(KPR_TYPE_IQ3_XXS, 5120, 13824, 8));
+    EXPECT_FALSE(quad(KPR_TYPE_Q2_K, 4096, 11008, 2));
 }
 
 // generic_cuda's planar_weights option in the offer: where it applies, the planar copy is counted in

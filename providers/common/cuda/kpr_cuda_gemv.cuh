@@ -669,7 +669,24 @@ struct QuadCfg : ChunkShape<T, ((T::CB / 2) * T::PARTS % 32 == 0) ? T::CB / 2 : 
         (T::TYPE == KPR_TYPE_IQ3_XXS || T::TYPE == KPR_TYPE_IQ3_S) ? 8 * 1024 : 1024;
 };
 
-template <class T, int NC, class Tab>
+// Whether type T has a 4-row kernel instance for rows that are not 16-byte aligned (quad_kernel's UA): the
+// 256-weight types whose block size is not a multiple of 16 bytes, so that real row lengths leave their rows
+// unaligned (Q6_K at 11008 weights, IQ4_XS at 8960). Q4_K and Q5_K rows are aligned wherever the tensor is.
+template <class T>
+constexpr bool quad_unaligned_rows() {
+    return T::QK == 256 && T::BS % 16 != 0;
+}
+// The column count from which unaligned rows take the 4-row kernel (below it, the row kernel's UA
+// instance). Measured on the H200 (run 1 of docs/measurements/h200-session20-runs.txt, the row kernel ->
+// the 4-row kernel, us per call): Q6_K slower at 3 columns (4096 x 11008 21.0 -> 25.7, 5120 x 13824 33.5 ->
+// 43.8, 3584 x 18944 32.6 -> 36.6) and even at 4 (24.4 -> 24.6, 38.3 -> 43.0, 38.0 -> 35.8, 1536 x 8960 19.2
+// -> 13.2), faster at 8 (1.21-1.50x); Q2_K, Q3_K, IQ3_XXS, IQ3_S, IQ4_XS 0.98-2.38x from 3 columns on.
+constexpr uint32_t quad_unaligned_min_cols(uint32_t type) { return type == KPR_TYPE_Q6_K ? 5 : 3; }
+
+// UA: the rows are not 16-byte aligned (a.aligned == 0, quad_unaligned_rows): the ring copies the 16-byte
+// lines around each chunk with cp.async, as the row kernel's UA instance does, and the decode reads each
+// row's chunk from its skew (a separate instance, so that the aligned one keeps its code).
+template <class T, int NC, class Tab, bool UA = false>
 __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const GemvArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     using C = QuadCfg<T>;
@@ -685,7 +702,7 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
     const uint32_t nch = (a.nb + C::CB - 1) / C::CB;
     const uint32_t total = ng * nch;
 
-    constexpr bool bulk = bulk_copies_quad(T::TYPE) && C::BYTES % 16 == 0;
+    constexpr bool bulk = !UA && bulk_copies_quad(T::TYPE) && C::BYTES % 16 == 0;
     __shared__ alignas(8) uint64_t qbar[bulk ? W : 1][bulk ? C::S : 1]; // one mbarrier per stage of the warp's ring
     if constexpr (bulk) {
         if (lane == 0) {
@@ -711,7 +728,7 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
                     bulk_copy_g2s(smem_addr(stage(st, r)), a.w + static_cast<uint64_t>(row) * a.row_bytes + off, bytes, bar);
                 }
             }
-        } else {
+        } else if constexpr (!UA) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const uint32_t row = min(g * R + r, a.rows - 1);
@@ -722,6 +739,17 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
                     const uint32_t v = lane + 32u * i;
                     if (v < C::NV && 16u * v < bytes) cp_async16(dst + 16u * v, src + 16u * v);
                 }
+            }
+        } else {
+            // the 16-byte lines that hold the chunk (the stage holds it from byte chunk_skew < 16: SMEM_ROW
+            // has the room); the last line copies only the chunk's own bytes (zero-filled)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint32_t row = min(g * R + r, a.rows - 1);
+                const uint8_t *src = a.w + static_cast<uint64_t>(row) * a.row_bytes + off;
+                const uint32_t skew = chunk_skew(src), span = skew + bytes;
+                for (uint32_t v = lane; 16u * v < span; v += 32)
+                    cp_async16_n(stage(st, r) + 16u * v, src - skew + 16u * v, min(16u, span - 16u * v));
             }
         }
     };
@@ -747,6 +775,13 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
         __syncwarp();
         const uint32_t gi = sidx / nch, c = sidx - gi * nch, st = sidx % C::S;
         const uint32_t nblk = min(C::CB, a.nb - c * C::CB);
+        // where each row's chunk starts in its stage: 0, or (UA) its skew
+        uint32_t skew[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint32_t row = min((gb0 + warp + W * gi) * R + r, a.rows - 1);
+            skew[r] = UA ? chunk_skew(a.w + static_cast<uint64_t>(row) * a.row_bytes + uint64_t(c) * C::BYTES) : 0u;
+        }
 #pragma unroll
         for (int t = 0; t < static_cast<int>(C::ITEMS); ++t) {
             const uint32_t it = lane + 32u * t;
@@ -754,7 +789,7 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
             if (b < nblk) {
                 const uint8_t *wp[R];
 #pragma unroll
-                for (int r = 0; r < R; ++r) wp[r] = stage(st, r) + b * T::BS;
+                for (int r = 0; r < R; ++r) wp[r] = stage(st, r) + skew[r] + b * T::BS;
                 const uint32_t k0 = (c * C::CB + b) * T::QK + part * C::EPI;
                 T::template item<NC, R, Tab>(wp, part, a.x, k0, tab, acc);
             }
@@ -785,12 +820,15 @@ inline cudaError_t launch_quantizer(const GemvArgs &a, bool pdl, cudaStream_t st
 
 // Launches the quantizer and the 4-row kernel for NC columns. cudaErrorNotSupported: the shapes do
 // not fit (the caller takes the row kernel).
-template <class T, int NC, class Tab>
+template <class T, int NC, class Tab, bool UA = false>
 cudaError_t launch_quad(const GemvArgs &a, bool pdl, cudaStream_t stream) {
+    if constexpr (quad_unaligned_rows<T>() && !UA)
+        if (!a.aligned) return launch_quad<T, NC, Tab, true>(a, pdl, stream);
+    if (!UA && !a.aligned) return cudaErrorNotSupported;
     using C = QuadCfg<T>;
     const size_t dyn = C::RING;
     if (dyn + C::STATIC_RESERVE > a.smem_optin || a.sms == 0) return cudaErrorNotSupported;
-    auto k = gemv_quad_kernel<T, NC, Tab>;
+    auto k = gemv_quad_kernel<T, NC, Tab, UA>;
     static std::atomic<uint32_t> set_bytes[64];
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -831,20 +869,26 @@ cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, boo
 
 // Dispatch: the tensor-core tile kernel (with its quantizer; at one column quantizing in the kernel) where
 // mma_serves (9.0, kpr_cuda_mma.cuh); the 4-row kernel for 3..8 columns of a 256-weight-block type where it
-// applies (a.sm80: compute capability 8.0+, aligned rows, plain GEMV); else the quantizer (when a.xq_n) and the row
+// applies (a.sm80: compute capability 8.0+, aligned rows, plain GEMV; or a.rows80 with rows that are not
+// aligned, for the types with a UA instance: quad_unaligned_rows); else the quantizer (when a.xq_n) and the row
 // kernel, on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1), with two rows
 // per warp at one and two columns where a.sm80 or a.rows80 (one row per warp elsewhere: the register-staged path
 // below 8.0 keeps its registers). `pdl`: launch with programmatic stream serialization (9.0).
 template <class T, class Tab>
 cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
     if constexpr (!std::is_void_v<typename MmaFor<T>::type>) {
-        if (tasks == 1 && mma_serves<typename MmaFor<T>::type>(a, ncols)) {
-            const cudaError_t e = launch_mma_nc<typename MmaFor<T>::type>(a, ncols, pdl, s); // quantizer + kernel
+        using M = typename MmaFor<T>::type;
+        if (tasks == 1 && mma_serves<M>(a, ncols)) {
+            cudaError_t e = cudaErrorNotSupported;
+            if constexpr (mma_takes_unaligned_rows<M>()) // rows that are not 16-byte aligned: chunks of one block
+                if (!a.aligned) e = launch_mma_nc<MmaOneBlock<M>>(a, ncols, pdl, s);
+            if (a.aligned) e = launch_mma_nc<M>(a, ncols, pdl, s); // quantizer + kernel
             if (e != cudaErrorNotSupported) return e;
         }
     }
     if constexpr (!T::FLOAT_X && T::QK == 256) {
-        if (a.sm80 && tasks == 1 && a.ids == nullptr && ncols >= 3) {
+        if ((a.sm80 || (a.rows80 && quad_unaligned_rows<T>() && ncols >= quad_unaligned_min_cols(T::TYPE))) && tasks == 1 &&
+            a.ids == nullptr && ncols >= 3) {
             const cudaError_t e = launch_quad_nc<T, Tab>(a, ncols, pdl, s);
             if (e != cudaErrorNotSupported) return e;
         }

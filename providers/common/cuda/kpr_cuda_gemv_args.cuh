@@ -40,8 +40,9 @@ struct GemvArgs : GemvKArgs {
     uint32_t rows80;       // sm80's conditions but rows that need not be 16-byte aligned: the row kernel's two
                            // rows per warp at 1-2 columns and its whole-vector paths (cp.async rings read the
                            // 16-byte lines around 2-byte aligned rows); the other 8.0+ layouts need sm80
-    uint32_t sm90;         // compute capability 9.0+ with sm80's conditions: the tile kernel may run (Q8_0, Q4_0,
-                           // Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, kpr_cuda_mma.cuh mma_serves)
+    uint32_t sm90;         // compute capability 9.0+ with rows80's conditions: the tile kernel may run (Q8_0, Q4_0,
+                           // Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, kpr_cuda_mma.cuh mma_serves; on rows
+                           // that are not aligned only IQ4_XS, mma_piece_copies)
     uint32_t mma_mode;     // the tile kernel where sm90: kMmaAuto (where it measured faster), kMmaOn (wherever
                            // it fits), kMmaOff (never), kMmaWide (kMmaOn with 16 warps per tile where the
                            // ring fits: mma_wide); generic_cuda's option tile_kernel

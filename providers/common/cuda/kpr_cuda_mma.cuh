@@ -302,6 +302,26 @@ __device__ __forceinline__ void unrolled(F &f, std::integer_sequence<uint32_t, I
     (f(std::integral_constant<uint32_t, I>{}), ...);
 }
 
+// Rows that are not 16-byte aligned (GemvKArgs::aligned == 0) have no tensor map and no bulk copies (both
+// need 16 bytes). Where a type's blocks are a multiple of 8 bytes (IQ4_XS's 136: rows of an odd number of
+// super-blocks, such as 8960 or 11008 weights, are 8-byte aligned), the tile kernel still takes them, in
+// chunks of one block (MmaOneBlock: an even count would be aligned, so CB = 2 never divides such a row),
+// each lane copying a share of the chunk's 8-byte pieces with cp.async (mma_piece_copies); the stage's
+// barrier then counts the 32 lanes' arrivals (cp_async_mbar_arrive) besides lane 0's for the activations.
+template <class M>
+constexpr bool mma_takes_unaligned_rows() {
+    return M::Block::BS % 16 != 0 && M::Block::BS % 8 == 0;
+}
+template <class M>
+struct MmaOneBlock : M {
+    static constexpr uint32_t CB = 1;
+};
+// Whether the tile kernel of M copies its chunks in 8-byte pieces (chunks that are not a multiple of 16 bytes)
+template <class M>
+constexpr bool mma_piece_copies() {
+    return M::CB * M::Block::BS % 16 != 0;
+}
+
 // A stage of a warp's ring, for NC columns: the 16 rows' chunks, then CB / 8 runs of the activations'
 // tile layout (each: the int8 activations of each column, the block scales d of each column, with
 // M::SUMS the block sums s). The layout's column strides put the lanes' reads of 8 columns on distinct
@@ -322,7 +342,7 @@ struct MmaGeom {
     // a tensor copy's destination is 128-byte aligned, so every stage is (the padding never changed a stage
     // count, mma_stages)
     static constexpr uint32_t STAGE = (OFF_X + XBYTES + 127) / 128 * 128;
-    static_assert(CHUNK % 16 == 0 && RS % 16 == 0 && (RS / 4) % 8 == 4 && UNITS % 8 == 0, "stage geometry");
+    static_assert((CHUNK % 16 == 0 || mma_piece_copies<M>()) && RS % 16 == 0 && (RS / 4) % 8 == 4 && UNITS % 8 == 0, "stage geometry");
     static_assert(!FX || NC == 1, "activations quantized in the kernel: one column");
 };
 
@@ -382,15 +402,18 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
     // the tile layout (ActTiles), or FX the float activations
     const uint8_t *const xt = FX ? reinterpret_cast<const uint8_t *>(a.x.f) : reinterpret_cast<const uint8_t *>(a.x.q);
 
+    // PIECES: the weights by 8-byte cp.async copies (mma_piece_copies; never with a tensor map)
+    constexpr bool PIECES = !TMA && mma_piece_copies<M>();
     if (lane == 0) {
 #pragma unroll
-        for (int st = 0; st < S; ++st) mbar_init(smem_addr(&bar[warp][st]), 1);
+        for (int st = 0; st < S; ++st) mbar_init(smem_addr(&bar[warp][st]), PIECES ? 33 : 1);
         mbar_init_fence();
     }
     __syncwarp();
     // requests the weights of chunk c into stage st (rows past the end repeat the last row): lane 0 arms
     // the stage's barrier for them and for the activations (issue_x), then one bulk copy per row
     static_assert(!TMA || G::RS == G::CHUNK, "a tensor copy fills a dense box");
+    static_assert(!PIECES || (G::CHUNK % 8 == 0 && G::RS % 8 == 0), "8-byte pieces");
     auto issue_w = [&](uint32_t c, uint32_t st) {
         const uint64_t off = static_cast<uint64_t>(c) * G::CHUNK;
         const uint32_t b = smem_addr(&bar[warp][st]);
@@ -399,6 +422,18 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
                 mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XBYTES);
                 tensor_copy_2d_g2s(ring + st * G::STAGE, &wmap, static_cast<int>(c * (G::CHUNK / 4)), static_cast<int>(row0), b);
             }
+            return;
+        }
+        if constexpr (PIECES) { // lane 0 arms the barrier for the activations; every lane arrives for its pieces
+            if (lane == 0) mbar_arrive_expect(b, G::XBYTES);
+            constexpr uint32_t PR = G::CHUNK / 8; // pieces per row
+#pragma unroll
+            for (uint32_t i = lane; i < G::ROWS * PR; i += 32) {
+                const uint32_t r = i / PR, k = i - r * PR;
+                const uint32_t row = min(row0 + r, a.rows - 1);
+                cp_async8(ring + st * G::STAGE + r * G::RS + 8u * k, a.w + static_cast<uint64_t>(row) * a.row_bytes + off + 8u * k);
+            }
+            cp_async_mbar_arrive(b);
             return;
         }
         if (lane == 0) mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XBYTES);
@@ -738,12 +773,17 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
 // one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
 // 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out).
-// IQ4_XS everywhere (faster on all seven shapes, 1.09-1.64x). Q4_0, Q8_0, Q4_K and Q5_K also where mma_wide takes
+// IQ4_XS everywhere on aligned rows (faster on all seven shapes, 1.09-1.64x); on rows that are not
+// (chunks of one block, MmaOneBlock) at one column where there is at most one tile per SM (run 1 of
+// h200-session20-runs.txt, the row kernel -> the tile kernel: 1536 x 8960 11.8 -> 8.9 us, 4096 x 11008 15.4 ->
+// 17.7), at 2..8 columns everywhere (against the row and 4-row kernels, tile_kernel = off: 4096 x 11008
+// 1.03x at 2 columns, 1.19 at 3, 2.04 at 8; 1536 x 8960 1.43-1.80x). Q4_0, Q8_0, Q4_K and Q5_K also where mma_wide takes
 // them (16 warps per tile). Q4_K and Q5_K only on small matrices (2048 x
 // 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape).
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
+    if (!a.aligned && !mma_takes_unaligned_rows<M>()) return false;
     if (a.mma_mode == kMmaOn || a.mma_mode == kMmaWide) return true;
     if (ncols == 1) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
@@ -751,7 +791,7 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
         case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
-        case KPR_TYPE_IQ4_XS: return true;
+        case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
         default: return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1); // Q4_K, Q5_K
         }
     }
@@ -787,7 +827,8 @@ cudaError_t allow_mma_smem(K k, size_t dyn, std::atomic<bool> (&set)[64]) {
 // row, dense rows, the ring and the kernel's static shared memory within the opt-in maximum.
 template <class M, int W, int S>
 bool mma_fits(const GemvArgs &a, size_t dyn) {
-    return a.x.vbase == 0 && a.nb % M::CB == 0 && a.row_bytes == uint64_t(a.nb) * M::Block::BS &&
+    const bool rows_ok = mma_piece_copies<M>() ? reinterpret_cast<uintptr_t>(a.w) % 8 == 0 && a.row_bytes % 8 == 0 : a.aligned;
+    return rows_ok && a.x.vbase == 0 && a.nb % M::CB == 0 && a.row_bytes == uint64_t(a.nb) * M::Block::BS &&
            a.x.cols == a.nb * M::Block::QK && dyn + 8 * W * S <= a.smem_optin;
 }
 
@@ -805,8 +846,12 @@ template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER
 cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, size_t allow, bool pdl,
                                cudaStream_t stream) {
     TmaMap wmap{};
-    const bool tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, MmaGeom<M, NC, FX>::CHUNK, 16);
-    auto k = tma ? gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true> : gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false>;
+    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false>;
+    bool tma = false;
+    if constexpr (!mma_piece_copies<M>()) { // (pieces: no map describes them)
+        tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, MmaGeom<M, NC, FX>::CHUNK, 16);
+        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true>;
+    }
     static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
     const cudaError_t e = allow_mma_smem(k, allow, set[tma ? 1 : 0]);
     if (e != cudaSuccess) return e;

@@ -122,7 +122,7 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
     a.x.vbase = 0;
     a.sm80 = p.sm80() ? 1u : 0u;
     a.rows80 = p.rows80 ? 1u : 0u;
-    a.sm90 = p.sm80() && p.pdl ? 1u : 0u; // (pdl: compute capability 9.0+)
+    a.sm90 = p.rows80 && p.pdl ? 1u : 0u; // (pdl: compute capability 9.0+; rows aligned or not)
     a.mma_mode = p.mma_mode;
     a.sms = p.sms;
     a.smem_optin = p.smem_optin;

@@ -333,6 +333,20 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
                  : "memory");
 #endif
 }
+// cp.async of 8 bytes (both addresses 8-byte aligned), for runs that are not 16-byte aligned; completes
+// on an mbarrier through cp_async_mbar_arrive
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void *src) {
+#if KPR_BULK_COPY
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+#endif
+}
+// an arrival on bar once every cp.async this thread issued before has landed (noinc: the barrier's count
+// includes this arrival)
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+#if KPR_BULK_COPY
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+#endif
+}
 // A 2-D tensor copy (the copy engine's tiled mode) of the box at element (x, y) of the tensor that map
 // describes, into shared memory at dst (128-byte aligned); rows past the tensor's end arrive as zeros and
 // count toward the barrier's bytes like the others. map: the address of a kernel parameter (TmaMap).

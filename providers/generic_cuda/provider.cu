@@ -56,8 +56,9 @@ const kpr_option_decl kOptions[] = {
      "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, compute "
      "capability 9.0): "
      "auto: where it measured faster than the row kernels; on: wherever it fits; off: never; wide: on, with "
-     "16 warps per 16-row tile (at 2..8 columns where that ring fits)",
-     0, 0, "auto,on,off,wide"},
+     "16 warps per 16-row tile (at 2..8 columns where that ring fits); wide32: wide, and at one column Q4_0 "
+     "and IQ4_NL with 32 rows (two tiles) per block of 16 warps",
+     0, 0, "auto,on,off,wide,wide32"},
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "planar_weights", "false",
      "Q4_0 and IQ4_NL on compute capability 9.0: keep a planar copy of the weights (as many bytes again as "
      "the tensor, counted in prepared bytes, shared by prepared ops on the same tensor) for the lanes kernel "
@@ -83,6 +84,7 @@ uint32_t mma_mode(const kpr_option_set *opts) {
     if (v != nullptr && std::strcmp(v, "on") == 0) return cuda::kMmaOn;
     if (v != nullptr && std::strcmp(v, "off") == 0) return cuda::kMmaOff;
     if (v != nullptr && std::strcmp(v, "wide") == 0) return cuda::kMmaWide;
+    if (v != nullptr && std::strcmp(v, "wide32") == 0) return cuda::kMmaWide32;
     return cuda::kMmaAuto;
 }
 
@@ -93,7 +95,7 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
     // tile_kernel = on / wide keep the tile kernel
     const uint32_t tile = mma_mode(opts);
-    return tile != cuda::kMmaOn && tile != cuda::kMmaWide && lanes_auto(op, sms, ncols);
+    return tile != cuda::kMmaOn && tile != cuda::kMmaWide && tile != cuda::kMmaWide32 && lanes_auto(op, sms, ncols);
 }
 
 // What the lanes kernel (planar_q4.cu) will do for op, decided once for query and prepare: its launcher,
@@ -191,10 +193,12 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     ta.x.cols = static_cast<uint32_t>(op->cols);
     const bool tile = cuda::mma_serves_type(op->weight_type, ta, op->ncols);
     const bool wide = tile && cuda::mma_wide(op->weight_type, ta, op->ncols);
+    const bool two = tile && cuda::mma_two_tiles(op->weight_type, ta, op->ncols);
     // the 4-row kernel (launch_gemv_nc): on rows that are not aligned for the types with its UA instance
     const bool quad = sm80 && op->ncols >= 3 && td->qk == 256 &&
                       (ta.aligned || (td->bytes % 16 != 0 && op->ncols >= cuda::quad_unaligned_min_cols(op->weight_type)));
-    const char *layout = tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
+    const char *layout = two ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, two tiles per block)"
+                         : tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
                          : tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
                          : quad ? "four rows per warp"
                          : op->kind == KPR_OP_GEMV && (sm80 || op->ncols >= 3) ? "two rows per warp"
@@ -368,6 +372,17 @@ constexpr Shape kWideShapes[] = {
 constexpr uint32_t kNWideShapes = sizeof(kWideShapes) / sizeof(kWideShapes[0]);
 constexpr uint32_t kNWide = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNWideShapes;
 const kpr_option_value kTileWide[] = {{"tile_kernel", "wide"}};
+// tile_kernel = wide32 (32 rows per block at one column: Q4_0, IQ4_NL): a partial block of rows (4093),
+// several waves, warps without a chunk, a slice that ends in a partial chunk
+constexpr Shape kWide32Shapes[] = {
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},
+};
+constexpr uint32_t kNWide32Shapes = sizeof(kWide32Shapes) / sizeof(kWide32Shapes[0]);
+constexpr uint32_t kWide32Types[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
+constexpr uint32_t kNWide32 = sizeof(kWide32Types) / sizeof(kWide32Types[0]) * kNWide32Shapes;
+const kpr_option_value kTileWide32[] = {{"tile_kernel", "wide32"}};
 
 // The lanes kernel forced on (block_lanes = on; Q4_0 and IQ4_NL with planar_weights = true) at one and two
 // columns: one kernel per call (>= 2^25 weights) and the quantizer + kernel (smaller), odd row counts,
@@ -393,15 +408,15 @@ const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes"
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
 uint32_t p_selftest_count(void *, const kpr_device_desc *) {
-    return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide;
+    return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32;
 }
 
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
-    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide][96];
+    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32][96];
     const Shape *s;
     uint32_t type;
     const char *tname;
-    bool tile_on = false, planar_on = false, wide = false;
+    bool tile_on = false, planar_on = false, wide = false, wide32 = false;
     if (index < kNTypes * kNShapes) {
         const TypeName &t = kTypes[index / kNShapes];
         s = &kShapes[index % kNShapes];
@@ -430,6 +445,12 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
         s = &kWideShapes[e % kNWideShapes];
         tname = cuda::type_desc(type)->name;
         wide = true;
+    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32) {
+        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile - kNPlanar - kNWide;
+        type = kWide32Types[e / kNWide32Shapes];
+        s = &kWide32Shapes[e % kNWide32Shapes];
+        tname = cuda::type_desc(type)->name;
+        wide32 = true;
     } else {
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
     }
@@ -440,6 +461,7 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
     std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", tname, s->tag, s->ncols,
                   tile_on     ? " tile_kernel=on"
                   : wide      ? " tile_kernel=wide"
+                  : wide32    ? " tile_kernel=wide32"
                   : !planar_on ? ""
                   : type == KPR_TYPE_Q4_K ? " block_lanes=on"
                                           : " planar_weights block_lanes=on");
@@ -449,10 +471,11 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
                      static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr,
                      tile_on     ? kTileOn
                      : wide      ? kTileWide
+                     : wide32    ? kTileWide32
                      : !planar_on ? nullptr
                      : type == KPR_TYPE_Q4_K ? kLanesOn
                                              : kPlanarOn,
-                     tile_on || wide || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
+                     tile_on || wide || wide32 || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

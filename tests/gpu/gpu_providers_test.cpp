@@ -270,6 +270,13 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
         EXPECT_TRUE(o.accepted) << o.reason;
         return std::strstr(o.reason, "16 warps per tile") != nullptr;
     };
+    // the one-column tile kernel with two tiles (32 rows) per block of 16 warps (mma_two_tiles)
+    auto two = [&](uint32_t type, uint64_t rows, uint64_t cols, const char *mode) {
+        kpr_option_value ov{"tile_kernel", mode};
+        kpr_offer o = ask(*p, gemv(type, rows, cols, 1), kH200, &ov, 1u);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        return std::strstr(o.reason, "two tiles per block") != nullptr;
+    };
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, nullptr));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, nullptr));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 3, "auto"));
@@ -285,8 +292,19 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL, Q4_K: the row kernel on long rows
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));  // Q4_0 in one wave: 16 warps per tile
-    EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));
-    EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 8192, 28672, 1, "auto"));  // several waves, rows of 12288+ columns
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 14336, "auto"));      // 128 blocks of 32 rows: two tiles per block
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 8192, 28672, "auto"));      // 256: two full waves
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 3584, 18944, "auto"));      // 112
+    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 2048, 14336, "auto"));     // 64 blocks: SMs idle
+    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 5120, 13824, "auto"));     // 160: a short second wave
+    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 14336, 4096, "auto"));     // several waves
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "auto"));   // IQ4_NL only when asked
+    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "wide32"));
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 2048, 14336, "wide32"));
+    EXPECT_FALSE(two(KPR_TYPE_Q8_0, 4096, 14336, "wide32"));   // Q8_0: 16 warps per tile (its 32-row ring does not fit)
+    EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide32"));
+    EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 5120, 13824, 1, "auto"));  // rows of 12288+ columns: 16 warps per tile
+    EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 2048, 14336, 1, "auto"));
     EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 28672, 8192, 1, "auto")); // several waves, shorter rows: the row kernel
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));  // Q4_0 on rows up to 4096 columns: 8 warps
     EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));

@@ -465,15 +465,10 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
                     }
             } else {
                 // rows not 16-byte aligned (GGUF rows are 2-byte aligned): the 16-byte lines that hold the
-                // chunk, so the stage holds it from byte chunk_skew (< 16; SMEM_ROW has the room); the last
-                // line copies only the chunk's own bytes (zero-filled), so nothing past the tensor is read
+                // chunk, so the stage holds it from byte chunk_skew (SMEM_ROW has the room), nothing past the
+                // tensor read
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const uint8_t *src = rp[r] + off;
-                    const uint32_t skew = chunk_skew(src), span = skew + bytes;
-                    for (uint32_t v = lane; 16u * v < span; v += 32)
-                        cp_async16_n(ring(warp, st, r) + 16u * v, src - skew + 16u * v, min(16u, span - 16u * v));
-                }
+                for (int r = 0; r < R; ++r) cp_async_lines(ring(warp, st, r), rp[r] + off, bytes, lane);
             }
         };
         // the chunk's activations (staged variant): int8 plane, then d and s, 16 bytes per copy; the
@@ -741,15 +736,12 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
                 }
             }
         } else {
-            // the 16-byte lines that hold the chunk (the stage holds it from byte chunk_skew < 16: SMEM_ROW
-            // has the room); the last line copies only the chunk's own bytes (zero-filled)
+            // the 16-byte lines that hold the chunk (the stage holds it from byte chunk_skew: SMEM_ROW has the
+            // room)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const uint32_t row = min(g * R + r, a.rows - 1);
-                const uint8_t *src = a.w + static_cast<uint64_t>(row) * a.row_bytes + off;
-                const uint32_t skew = chunk_skew(src), span = skew + bytes;
-                for (uint32_t v = lane; 16u * v < span; v += 32)
-                    cp_async16_n(stage(st, r) + 16u * v, src - skew + 16u * v, min(16u, span - 16u * v));
+                cp_async_lines(stage(st, r), a.w + static_cast<uint64_t>(row) * a.row_bytes + off, bytes, lane);
             }
         }
     };

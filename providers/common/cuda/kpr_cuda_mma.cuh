@@ -1,8 +1,9 @@
 // kpr_cuda_mma.cuh -- the tensor-core GEMV (compute capability 9.0): int8 `mma.sync` tiles of 16 rows x
 // 8 columns x 32 weights.
 //
-// A block owns one tile of 16 rows; its W warps split the row length into W contiguous slices. A warp
-// streams the 16 rows of its slice chunk by chunk (CB blocks of each row) into its ring in shared memory
+// A block owns one tile of 16 rows (two at one column where mma_two_tiles says so); its W warps split the row
+// length into W contiguous slices. A warp streams the tile's rows of its slice chunk by chunk (CB blocks of
+// each row) into its ring in shared memory
 // with bulk copies, one per row chunk, plus one for the chunk's activations of every column: the
 // quantizer writes them in the order a stage holds them (ActTiles, kpr_cuda_act.cuh). For each 32 weights
 // a warp issues one mma.m16n8k32 with int32 sums (two for IQ4_NL, IQ4_XS): the A fragment is the 16 rows' weights
@@ -327,9 +328,9 @@ constexpr bool mma_piece_copies() {
 // M::SUMS the block sums s). The layout's column strides put the lanes' reads of 8 columns on distinct
 // banks (272 bytes = 4 banks apart; 48 bytes = 12 banks apart). FX (one column, the activations
 // quantized in the kernel): the chunk's float activations instead, 128 bytes per 32-weight unit.
-template <class M, int NC, bool FX = false>
+template <class M, int NC, bool FX = false, int TR = 1>
 struct MmaGeom {
-    static constexpr uint32_t ROWS = 16;                    // rows per tile (the mma's M)
+    static constexpr uint32_t ROWS = 16 * TR;               // rows per block: TR tiles of the mma's M (16)
     static constexpr uint32_t CHUNK = M::CB * M::Block::BS;  // bytes of a row chunk
     // a row's stride in the stage: 4 banks (mod 8) apart, so a warp's fragment loads of 8 rows x 4
     // consecutive words hit 32 distinct banks
@@ -381,10 +382,13 @@ constexpr int mma_stages() {
 // the same float operations in the same order, so the same results bit for bit. Measured on the H200
 // (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3 -> 16.95 us, Q4_0 14.5
 // -> 13.3, IQ4_NL 15.8 -> 15.2.
-template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false>
-__global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
+// TR (FX with DEFER and EARLY only): TR tiles per block (1 or 2), so that each chunk's activations, quantized
+// once, serve 16 * TR rows (mma_two_tiles).
+template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1>
+__global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
-    using G = MmaGeom<M, NC, FX>;
+    using G = MmaGeom<M, NC, FX, TR>;
+    static_assert(TR == 1 || (TR == 2 && FX && DEFER && EARLY), "two tiles per block: the one-column deferred-fold kernel");
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
     // a warp's partial sums, [G::ROWS * 8] floats, at the start of its own ring once its chunks are read (all
     // it requested has landed by then), so that the block's static shared memory does not grow with W
@@ -417,7 +421,7 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
     auto issue_w = [&](uint32_t c, uint32_t st) {
         const uint64_t off = static_cast<uint64_t>(c) * G::CHUNK;
         const uint32_t b = smem_addr(&bar[warp][st]);
-        if constexpr (TMA) { // the 16 rows' chunks in one tensor copy
+        if constexpr (TMA) { // the tile's rows' chunks in one tensor copy
             if (lane == 0) {
                 mbar_arrive_expect(b, G::ROWS * G::CHUNK + G::XBYTES);
                 tensor_copy_2d_g2s(ring + st * G::STAGE, &wmap, static_cast<int>(c * (G::CHUNK / 4)), static_cast<int>(row0), b);
@@ -521,8 +525,8 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
         // DF: the lane's own units' sums are kept as integers and folded once per group of 8 units (below)
         constexpr bool DF = FX && DEFER;
         static_assert(!DF || (M::DEFER && UPB == 1), "deferred folds: one unit per block, scale = block d");
-        [[maybe_unused]] int keep[DF ? P : 1][2][2] = {};   // [group][unit 2t + j][row g, g + 8]
-        [[maybe_unused]] float kd[DF ? P : 1][2][2] = {};   // their blocks' scales
+        [[maybe_unused]] int keep[DF ? P : 1][2][2 * TR] = {};   // [group][unit 2t + j][row g, g + 8, (g + 16, g + 24)]
+        [[maybe_unused]] float kd[DF ? P : 1][2][2 * TR] = {};   // their blocks' scales
         if constexpr (DF) {
 #pragma unroll
             for (uint32_t p = 0; p < P; ++p)
@@ -531,6 +535,11 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
                     const uint32_t off = (8u * p + 2u * t + j) * M::Block::BS;
                     kd[p][j][0] = f16_to_float(static_cast<uint16_t>(lds_u16(rg + off)));
                     kd[p][j][1] = f16_to_float(static_cast<uint16_t>(lds_u16(rg8 + off)));
+                    if constexpr (TR > 1) {
+#pragma unroll
+                        for (int k = 2; k < 2 * TR; ++k)
+                            kd[p][j][k] = f16_to_float(static_cast<uint16_t>(lds_u16(rg + 8u * k * G::RS + off)));
+                    }
                 }
         }
         auto load_row = [&](auto bc, uint32_t row) {
@@ -540,11 +549,16 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
         };
         // EARLY: every block's rows into registers first, then the stage is released
         [[maybe_unused]] typename M::Row r0s[EARLY ? M::CB : 1], r8s[EARLY ? M::CB : 1];
+        [[maybe_unused]] typename M::Row rts[TR > 1 ? 2 * TR - 2 : 1][TR > 1 ? M::CB : 1]; // rows g + 16, g + 24, ...
         if constexpr (EARLY) {
             auto ld = [&](auto bc) {
                 constexpr uint32_t bb = decltype(bc)::value;
                 r0s[bb] = load_row(bc, rg);
                 r8s[bb] = load_row(bc, rg8);
+                if constexpr (TR > 1) {
+#pragma unroll
+                    for (int k = 2; k < 2 * TR; ++k) rts[k - 2][bb] = load_row(bc, rg + 8u * k * G::RS);
+                }
             };
             unrolled(ld, std::make_integer_sequence<uint32_t, M::CB>{});
             release();
@@ -564,6 +578,16 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
                     if constexpr (DF) {
                         keep[p][u % 2][0] = mine ? sum[u % 2] : keep[p][u % 2][0];
                         keep[p][u % 2][1] = mine ? sum[2 + u % 2] : keep[p][u % 2][1];
+                        if constexpr (TR > 1) { // the further tiles: the same B fragment
+#pragma unroll
+                            for (int k = 1; k < TR; ++k) {
+                                int s2[4];
+                                float e0, e1, e2, e3;
+                                M::template product<decltype(uc)::value>(rts[2 * k - 2][bb], rts[2 * k - 1][bb], bq[p], s2, e0, e1, e2, e3);
+                                keep[p][u % 2][2 * k] = mine ? s2[u % 2] : keep[p][u % 2][2 * k];
+                                keep[p][u % 2][2 * k + 1] = mine ? s2[2 + u % 2] : keep[p][u % 2][2 * k + 1];
+                            }
+                        }
                     } else {
                         const float dx = u % 2 ? dxb[p] : dxa[p], sx = u % 2 ? sxb[p] : sxa[p];
                         const float n0 = M::fold(sum[u % 2], dw0, mw0, dx, sx, acc[0]);
@@ -603,6 +627,10 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
                     const float dx = j ? dxb[p] : dxa[p];
                     acc[0] = M::fold(keep[p][j][0], kd[p][j][0], 0.0f, dx, 0.0f, acc[0]);
                     acc[2] = M::fold(keep[p][j][1], kd[p][j][1], 0.0f, dx, 0.0f, acc[2]);
+                    if constexpr (TR > 1) { // rows g + 16, g + 24 (TR = 2)
+                        acc[1] = M::fold(keep[p][j][2], kd[p][j][2], 0.0f, dx, 0.0f, acc[1]);
+                        acc[3] = M::fold(keep[p][j][3], kd[p][j][3], 0.0f, dx, 0.0f, acc[3]);
+                    }
                 }
         }
     };
@@ -631,6 +659,10 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX ? 2 : 1) gemv_mma_kernel
     if constexpr (FX) { // rows g, g + 8: one part per lane t, added below with the warps' slices
         red(warp)[g * 8 + t] = acc[0];
         red(warp)[(g + 8) * 8 + t] = acc[2];
+        if constexpr (TR > 1) {
+            red(warp)[(g + 16) * 8 + t] = acc[1];
+            red(warp)[(g + 24) * 8 + t] = acc[3];
+        }
         __syncthreads();
         for (uint32_t r = threadIdx.x; r < G::ROWS; r += 32 * W) {
             float v = 0.0f;
@@ -735,9 +767,9 @@ inline bool mma_wide_ring_fits(uint32_t type, uint32_t nc, uint32_t optin) {
 inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     const uint32_t tiles = (a.rows + 15) / 16;
     if (ncols != 1)
-        return (a.mma_mode == kMmaWide || (a.mma_mode == kMmaAuto && tiles <= a.sms)) &&
+        return (a.mma_mode == kMmaWide || a.mma_mode == kMmaWide32 || (a.mma_mode == kMmaAuto && tiles <= a.sms)) &&
                mma_wide_ring_fits(type, ncols, a.smem_optin);
-    if (a.mma_mode == kMmaWide) return true;
+    if (a.mma_mode == kMmaWide || a.mma_mode == kMmaWide32) return true;
     if (a.mma_mode != kMmaAuto) return false;
     switch (type) {
     case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
@@ -746,6 +778,25 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     case KPR_TYPE_Q5_K: return tiles <= a.sms && a.x.cols >= 4096;
     default: return false;
     }
+}
+
+// Whether a one-column call of the tile kernel takes two tiles (32 rows) per block: 16 warps, one block per SM
+// (its ring of 16 warps x 2 stages x 5.6 KiB for Q4_0), each chunk's activations quantized once for 32 rows
+// instead of 16 (the quantization is about a third of a 16-row chunk's instructions). Auto: Q4_0 where the
+// 32-row blocks fill at most two waves of the SMs to at least three quarters (the last wave included), fitted
+// to these measurements on the H200 (run 2 of h200-session21-runs.txt, --ab tile_kernel=auto,wide32, us per
+// call): faster on 4096 x 14336 10.8 -> 10.0 (0.68 -> 0.73 of the read bandwidth), 4096 x 11008 9.9 -> 8.5,
+// 4096 x 4096 4.95 -> 4.2, 3584 x 18944 12.9 -> 11.9 and 8192 x 28672 43.6 -> 37.8 (128, 112 and 256 blocks);
+// slower where the blocks leave SMs idle or run several waves of short rows: 2048 x 14336 6.5 -> 7.9 (64
+// blocks), 5120 x 13824 13.85 -> 16.3 (160), 14336 x 4096 12.6 -> 15.4 (448). IQ4_NL only when asked
+// (tile_kernel = wide32): its 32-row kernel spills, and was slower on 5 of 8 shapes (4096 x 14336 11.8 ->
+// 13.4; faster on 3584 x 18944, 8192 x 28672, 4096 x 4096). Q8_0's ring of 32 rows does not fit.
+inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
+    if (ncols != 1 || a.sms == 0) return false;
+    if (a.mma_mode == kMmaWide32) return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_IQ4_NL;
+    if (a.mma_mode != kMmaAuto || type != KPR_TYPE_Q4_0) return false;
+    const uint32_t blocks = (a.rows + 31) / 32, waves = (blocks + a.sms - 1) / a.sms;
+    return waves <= 2 && 4 * blocks >= 3 * waves * a.sms;
 }
 
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from
@@ -784,12 +835,12 @@ template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
     if (!a.aligned && !mma_takes_unaligned_rows<M>()) return false;
-    if (a.mma_mode == kMmaOn || a.mma_mode == kMmaWide) return true;
+    if (a.mma_mode == kMmaOn || a.mma_mode == kMmaWide || a.mma_mode == kMmaWide32) return true;
     if (ncols == 1) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
-        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1);
+        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
         case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
         default: return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1); // Q4_K, Q5_K
@@ -842,20 +893,21 @@ bool mma_fits(const GemvArgs &a, size_t dyn) {
 // promotion at 256 bytes: 0.1-0.4 us slower than none.
 // allow: the kernel's dynamic shared memory allowance (set once per device: the most any call asks), at
 // least dyn.
-template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false>
+template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false, int TR = 1>
 cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, size_t allow, bool pdl,
                                cudaStream_t stream) {
+    using G = MmaGeom<M, NC, FX, TR>;
     TmaMap wmap{};
-    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false>;
+    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false, TR>;
     bool tma = false;
     if constexpr (!mma_piece_copies<M>()) { // (pieces: no map describes them)
-        tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, MmaGeom<M, NC, FX>::CHUNK, 16);
-        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true>;
+        tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, G::CHUNK, G::ROWS);
+        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true, TR>;
     }
     static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
     const cudaError_t e = allow_mma_smem(k, allow, set[tma ? 1 : 0]);
     if (e != cudaSuccess) return e;
-    return launch_pdl(k, dim3((a.rows + 15) / 16), dim3(32 * W), dyn, pdl, stream, ka, wmap);
+    return launch_pdl(k, dim3((a.rows + G::ROWS - 1) / G::ROWS), dim3(32 * W), dyn, pdl, stream, ka, wmap);
 }
 
 // A 16-warp ring (mma_wide) padded to half of the SM's shared memory, so that two blocks never share an SM.
@@ -898,9 +950,9 @@ constexpr bool fx_refills_early() {
 }
 
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
-          bool DEFER = M::DEFER>
+          bool DEFER = M::DEFER, int TR = 1>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    const size_t ring = static_cast<size_t>(W) * S * MmaGeom<M, 1, true>::STAGE;
+    const size_t ring = static_cast<size_t>(W) * S * MmaGeom<M, 1, true, TR>::STAGE;
     // Q4_0, 16 warps, at most one tile per SM: padded as in launch_mma, so that two blocks never share an
     // SM. Measured on the H200 (run 2 of h200-session19-runs.txt, against the unpadded build, us per call):
     // Q4_0 2048 x 14336 7.6 -> 6.5, 1024 x 4096 2.3 -> 2.2, 1536 x 8960 4.5 -> 4.3, 2048 x 8192 4.5 -> 4.7;
@@ -912,7 +964,7 @@ cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
         return cudaErrorNotSupported;
     GemvKArgs ka = a;
     ka.x.f = a.xf;
-    return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER>(a, ka, dyn, pad, pdl, stream);
+    return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER, TR>(a, ka, dyn, pad, pdl, stream);
 }
 
 // NC columns, with the ring depth for the number of waves: where every tile is resident at once (two
@@ -934,6 +986,12 @@ template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
     case 1:
+        if constexpr (std::is_same_v<M, MmaQ4_0> || std::is_same_v<M, MmaIQ4_NL>) { // (Q8_0's ring does not fit)
+            if (mma_two_tiles(M::Block::TYPE, a, 1)) {
+                const cudaError_t e = launch_mma_fx<M, 2 * kMmaWarps, 2, true, true, 2>(a, pdl, s);
+                if (e != cudaErrorNotSupported) return e;
+            }
+        }
         if (mma_wide(M::Block::TYPE, a, 1)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
         if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
         return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);

@@ -281,6 +281,14 @@ __device__ __forceinline__ void cp_async16_n(void *smem_dst, const void *gmem_sr
 __device__ __forceinline__ uint32_t chunk_skew(const void *p) {
     return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p)) & 15u;
 }
+// A warp's cp.async of the 16-byte lines that hold the run [src, src + bytes) (src 2-byte aligned), lane by
+// lane, so that dst holds the run from byte chunk_skew(src) (< 16: the caller leaves the room); the last line
+// copies only the run's own bytes (zero-filled), so nothing past the run is read.
+__device__ __forceinline__ void cp_async_lines(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint32_t lane) {
+    const uint32_t skew = chunk_skew(src), span = skew + bytes;
+    for (uint32_t v = lane; 16u * v < span; v += 32)
+        cp_async16_n(dst + 16u * v, src - skew + 16u * v, min(16u, span - 16u * v));
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
     asm volatile("cp.async.commit_group;" ::: "memory");

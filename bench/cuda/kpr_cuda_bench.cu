@@ -414,7 +414,13 @@ int main(int argc, char **argv) {
         else if (a == "--ab" && i + 1 < argc) ab = argv[++i];
         else if (a == "--with" && i + 1 < argc) with = argv[++i];
     }
-    // --ab OPTION=A,B and --with OPTION=V, checked before any GPU is needed
+    // type names (as kpr names them: q4_K, not q4_k), --ab OPTION=A,B and --with OPTION=V, checked before any
+    // GPU is needed
+    for (const auto &tn : types)
+        if (type_id(tn) == 999) {
+            std::fprintf(stderr, "--types: unknown type '%s' (names as kpr writes them: q8_0, q4_K, iq3_xxs, ...)\n", tn.c_str());
+            return 2;
+        }
     std::string opt, va, vb, wn, wv;
     if (!ab.empty()) {
         const size_t eq = ab.find('='), comma = ab.find(',', eq == std::string::npos ? 0 : eq);

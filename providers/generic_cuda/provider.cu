@@ -56,8 +56,8 @@ const kpr_option_decl kOptions[] = {
      "the int8 tensor-core tile kernel (Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS at 1..8 columns, compute "
      "capability 9.0): "
      "auto: where it measured faster than the row kernels; on: wherever it fits; off: never; wide: on, with "
-     "16 warps per 16-row tile (at 2..8 columns where that ring fits); wide32: wide, and at one column Q4_0 "
-     "and IQ4_NL with 32 rows (two tiles) per block of 16 warps",
+     "16 warps per 16-row tile (at 2..8 columns where that ring fits); wide32: wide, and at one column Q4_0, "
+     "IQ4_NL, Q4_K and Q5_K with 32 rows (two tiles) per block of 16 warps",
      0, 0, "auto,on,off,wide,wide32"},
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "planar_weights", "false",
      "Q4_0 and IQ4_NL on compute capability 9.0: keep a planar copy of the weights (as many bytes again as "
@@ -95,7 +95,7 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
     // tile_kernel = on / wide keep the tile kernel
     const uint32_t tile = mma_mode(opts);
-    return tile != cuda::kMmaOn && tile != cuda::kMmaWide && tile != cuda::kMmaWide32 && lanes_auto(op, sms, ncols);
+    return tile != cuda::kMmaOn && !cuda::mma_mode_wide(tile) && lanes_auto(op, sms, ncols);
 }
 
 // What the lanes kernel (planar_q4.cu) will do for op, decided once for query and prepare: its launcher,
@@ -372,15 +372,15 @@ constexpr Shape kWideShapes[] = {
 constexpr uint32_t kNWideShapes = sizeof(kWideShapes) / sizeof(kWideShapes[0]);
 constexpr uint32_t kNWide = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNWideShapes;
 const kpr_option_value kTileWide[] = {{"tile_kernel", "wide"}};
-// tile_kernel = wide32 (32 rows per block at one column: Q4_0, IQ4_NL): a partial block of rows (4093),
-// several waves, warps without a chunk, a slice that ends in a partial chunk
+// tile_kernel = wide32 (32 rows per block at one column: Q4_0, IQ4_NL, Q4_K, Q5_K): a partial block of rows (4093),
+// several waves, warps without a chunk
 constexpr Shape kWide32Shapes[] = {
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
     {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},
 };
 constexpr uint32_t kNWide32Shapes = sizeof(kWide32Shapes) / sizeof(kWide32Shapes[0]);
-constexpr uint32_t kWide32Types[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
+constexpr uint32_t kWide32Types[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K};
 constexpr uint32_t kNWide32 = sizeof(kWide32Types) / sizeof(kWide32Types[0]) * kNWide32Shapes;
 const kpr_option_value kTileWide32[] = {{"tile_kernel", "wide32"}};
 

@@ -302,6 +302,10 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "wide32"));
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 2048, 14336, "wide32"));
     EXPECT_FALSE(two(KPR_TYPE_Q8_0, 4096, 14336, "wide32"));   // Q8_0: 16 warps per tile (its 32-row ring does not fit)
+    EXPECT_TRUE(two(KPR_TYPE_Q4_K, 4096, 14336, "wide32"));    // Q4_K, Q5_K: deferred folds with scales and offsets
+    EXPECT_TRUE(two(KPR_TYPE_Q5_K, 4096, 14336, "wide32"));
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_XS, 4096, 14336, "wide32")); // IQ4_XS: no deferred folds
+    EXPECT_FALSE(two(KPR_TYPE_Q4_K, 4096, 14336, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide32"));
     EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 5120, 13824, 1, "auto"));  // rows of 12288+ columns: 16 warps per tile
     EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 2048, 14336, 1, "auto"));

@@ -28,6 +28,9 @@ struct GemvKArgs {
 };
 
 enum MmaMode : uint32_t { kMmaAuto = 0, kMmaOn = 1, kMmaOff = 2, kMmaWide = 3, kMmaWide32 = 4 };
+// Whether mode asks for the tile kernel with 16 warps per tile wherever its ring fits (kMmaWide, and kMmaWide32,
+// which adds two tiles per block at one column)
+constexpr bool mma_mode_wide(uint32_t mode) { return mode == kMmaWide || mode == kMmaWide32; }
 
 // What the launchers take (and the 4-row kernel): the row kernel's arguments, plus
 struct GemvArgs : GemvKArgs {
@@ -45,8 +48,8 @@ struct GemvArgs : GemvKArgs {
                            // that are not aligned only IQ4_XS, mma_piece_copies)
     uint32_t mma_mode;     // the tile kernel where sm90: kMmaAuto (where it measured faster), kMmaOn (wherever
                            // it fits), kMmaOff (never), kMmaWide (kMmaOn with 16 warps per tile where the
-                           // ring fits: mma_wide), kMmaWide32 (kMmaWide, and at one column Q4_0 and IQ4_NL
-                           // with two tiles per block: mma_two_tiles); generic_cuda's option tile_kernel
+                           // ring fits: mma_wide), kMmaWide32 (kMmaWide, and at one column Q4_0, IQ4_NL,
+                           // Q4_K and Q5_K with two tiles per block: mma_two_tiles); generic_cuda's option tile_kernel
     uint32_t sms;          // multiprocessors
     uint32_t smem_optin;   // shared memory per block, opt-in maximum
     uint32_t smem_sm;      // shared memory per multiprocessor (0: unknown; the whole-vector path is not taken)

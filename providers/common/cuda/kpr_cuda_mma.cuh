@@ -79,6 +79,8 @@ __device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const u
 //                  fragment b: the exact integer sums of the C fragment, and each row's scale dw and
 //                  offset mw for the unit (A fragment: weights k 4t..4t+3 and 16+4t..16+4t+3 of each row)
 //   fold           one unit's integer sum into a float accumulator
+//   DEFER          whether the one-column kernel may defer the folds (gemv_mma_kernel): then load<B, false>
+//                  leaves the scales out and defer_scales gives those of a lane's own two units
 // Rows of a stage are 4 banks (mod 8) apart and the lanes of a row read 4 consecutive words, so a warp's
 // fragment loads hit 32 distinct banks.
 //
@@ -115,6 +117,14 @@ struct MmaQ8_0 {
         dw0 = r0.d;
         dw1 = r8.d;
         mw0 = mw1 = 0.0f;
+    }
+    // DEFER: the scales of units (blocks) 8p + 2t + j of the row chunk staged at row
+    __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
+#pragma unroll
+        for (uint32_t j = 0; j < 2; ++j) {
+            dw[j] = f16_to_float(static_cast<uint16_t>(lds_u16(row + (8u * p + 2u * t + j) * 34u)));
+            mw[j] = 0.0f;
+        }
     }
     // the row kernel's per-block step: sum * (d_w * d_x)
     __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
@@ -182,6 +192,13 @@ struct MmaQ4Like {
         dw1 = r8.d;
         mw0 = mw1 = 0.0f;
     }
+    __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
+#pragma unroll
+        for (uint32_t j = 0; j < 2; ++j) {
+            dw[j] = f16_to_float(static_cast<uint16_t>(lds_u16(row + (8u * p + 2u * t + j) * 18u)));
+            mw[j] = 0.0f;
+        }
+    }
     __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
         const float s = NL ? static_cast<float>(sum) : __fmul_rn(static_cast<float>(sum), 0.0625f);
         return __fmaf_rn(s, __fmul_rn(dw, dx), acc);
@@ -242,25 +259,34 @@ struct MmaQ45K {
     using Block = T;
     static constexpr bool Q5 = T::TYPE == KPR_TYPE_Q5_K;
     static constexpr uint32_t CB = 1, QS = Q5 ? 48 : 16; // qs's offset in the block
-    static constexpr bool SUMS = true, PERM = false, DEFER = false;
+    static constexpr bool SUMS = true, PERM = false, DEFER = true;
     struct Row {
         float d, dmin;
         uint32_t sc[2], m[2];  // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
         uint32_t qa[4], qb[4]; // qs words 32g + 4t and 32g + 16 + 4t, g = 0..3
         uint32_t ha, hb;       // Q5_K: qh words 4t and 16 + 4t
     };
-    template <uint32_t B>
+    // the 6-bit scales (sc) and mins (m) of units 0..3 (word 0) and 4..7 (word 1), one per byte, of the block at base
+    __device__ __forceinline__ static void scales_mins(uint32_t base, uint32_t (&sc)[2], uint32_t (&m)[2]) {
+        const uint32_t w0 = lds_u32(base + 4u), w1 = lds_u32(base + 8u), w2 = lds_u32(base + 12u);
+        sc[0] = w0 & 0x3F3F3F3Fu;
+        m[0] = w1 & 0x3F3F3F3Fu;
+        sc[1] = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
+        m[1] = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
+    }
+    template <uint32_t B, bool D = true>
     __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
         const uint32_t base = row + B * T::BS;
         Row r;
-        const uint32_t dd = lds_u32(base);
-        r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
-        r.dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
-        const uint32_t w0 = lds_u32(base + 4u), w1 = lds_u32(base + 8u), w2 = lds_u32(base + 12u);
-        r.sc[0] = w0 & 0x3F3F3F3Fu;
-        r.m[0] = w1 & 0x3F3F3F3Fu;
-        r.sc[1] = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
-        r.m[1] = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
+        if constexpr (D) {
+            const uint32_t dd = lds_u32(base);
+            r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+            r.dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
+            scales_mins(base, r.sc, r.m);
+        } else {
+            r.d = r.dmin = 0.0f;
+            r.sc[0] = r.sc[1] = r.m[0] = r.m[1] = 0;
+        }
 #pragma unroll
         for (uint32_t g = 0; g < 4; ++g) {
             r.qa[g] = lds_u32(base + QS + 32u * g + 4u * t);
@@ -289,6 +315,20 @@ struct MmaQ45K {
         mw0 = __fmul_rn(r0.dmin, static_cast<float>((r0.m[h] >> by) & 0xFFu));
         dw1 = __fmul_rn(r8.d, static_cast<float>((r8.sc[h] >> by) & 0xFFu));
         mw1 = __fmul_rn(r8.dmin, static_cast<float>((r8.m[h] >> by) & 0xFFu));
+    }
+    // DEFER: the scales and offsets of units 2t, 2t + 1 of block p (the same products as product's)
+    __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
+        const uint32_t base = row + p * T::BS;
+        const uint32_t dd = lds_u32(base);
+        const float d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu)), dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
+        uint32_t sc[2], m[2];
+        scales_mins(base, sc, m);
+        const uint32_t scw = t < 2 ? sc[0] : sc[1], mm = t < 2 ? m[0] : m[1], by = 16u * (t % 2u);
+#pragma unroll
+        for (uint32_t j = 0; j < 2; ++j) {
+            dw[j] = __fmul_rn(d, static_cast<float>((scw >> (by + 8u * j)) & 0xFFu));
+            mw[j] = __fmul_rn(dmin, static_cast<float>((mm >> (by + 8u * j)) & 0xFFu));
+        }
     }
     __device__ __forceinline__ static float fold(int sum, float dw, float mw, float dx, float sx, float acc) {
         return __fmaf_rn(-mw, sx, __fmaf_rn(static_cast<float>(sum), __fmul_rn(dw, dx), acc));
@@ -366,6 +406,25 @@ constexpr int mma_stages() {
     return s < 2 ? 2 : s > 8 ? 8 : static_cast<int>(s);
 }
 
+// Whether the one-column kernel refills a stage as soon as its blocks are in registers (EARLY), so that S
+// chunks are in flight while a warp decodes instead of S - 1: measured on the H200 (run 13 of
+// h200-session10-runs.txt, against refilling after the decode, alternating twice): Q8_0 4096 x 14336 17.25
+// -> 17.0 us, Q4_0 14.65 -> 14.5; not IQ4_XS, whose two blocks of rows take 156 registers that way (one block
+// per SM instead of two: 17.2 -> 21.3).
+template <class M>
+constexpr bool fx_refills_early() {
+    return M::Block::TYPE != KPR_TYPE_IQ4_XS;
+}
+
+// Whether M has a one-column kernel with two tiles per block (TR = 2: deferred folds, early refills) and its ring
+// of 16 warps x 2 stages of 32 rows fits the 227 KiB a block may have on 9.0: Q4_0, IQ4_NL (180 KiB), Q4_K (180
+// KiB), Q5_K (208 KiB); not Q8_0 (311 KiB) nor IQ4_XS (no deferred folds).
+template <class M>
+constexpr bool mma_two_tile_ring_fits() {
+    return M::DEFER && fx_refills_early<M>() &&
+           2u * kMmaWarps * 2u * (MmaGeom<M, 1, true, 2>::STAGE + 8u) <= 227u * 1024u;
+}
+
 // W warps per block (one 16-row tile), S stages per warp, NC columns (1..8). The chunks of a row are
 // split into W contiguous runs, one per warp.
 // FX (one column): no quantizer kernel before this one. The ring brings each chunk's float activations
@@ -376,14 +435,14 @@ constexpr int mma_stages() {
 // (C columns 2t, 2t+1). A call is then one kernel; the 16 rows of a tile share each quantization.
 // EARLY: a stage is refilled as soon as its blocks are in registers (the decode follows from there), so
 // that all S stages are in flight while a warp decodes (fx_refills_early).
-// DEFER (FX, types whose unit scale is the block's d: M::DEFER): a lane keeps the integer sums of its own
-// two units per group of 8 (the mma's column u is right only in lane t = u / 2) and folds them once per
-// group with their blocks' d, instead of folding every unit's product and discarding 3 of 4 by a select;
-// the same float operations in the same order, so the same results bit for bit. Measured on the H200
-// (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3 -> 16.95 us, Q4_0 14.5
-// -> 13.3, IQ4_NL 15.8 -> 15.2.
+// DEFER (FX, types that give their units' scales: M::DEFER, M::defer_scales): a lane keeps the integer sums
+// of its own two units per group of 8 (the mma's column u is right only in lane t = u / 2) and folds them
+// once per group with their units' scales (and offsets), instead of folding every unit's product and
+// discarding 3 of 4 by a select; the same float operations in the same order, so the same results bit for
+// bit. Measured on the H200 (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3
+// -> 16.95 us, Q4_0 14.5 -> 13.3, IQ4_NL 15.8 -> 15.2. Q4_K and Q5_K since the twenty-second session.
 // TR (FX with DEFER and EARLY only): TR tiles per block (1 or 2), so that each chunk's activations, quantized
-// once, serve 16 * TR rows (mma_two_tiles).
+// once, serve 16 * TR rows (mma_two_tiles, mma_two_tile_ring_fits).
 template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1>
 __global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
@@ -524,21 +583,21 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv
         [[maybe_unused]] const uint32_t xd1 = xd0 + ActTiles::FS, xs0 = xd0 + NC * ActTiles::FS, xs1 = xs0 + ActTiles::FS;
         // DF: the lane's own units' sums are kept as integers and folded once per group of 8 units (below)
         constexpr bool DF = FX && DEFER;
-        static_assert(!DF || (M::DEFER && UPB == 1), "deferred folds: one unit per block, scale = block d");
+        static_assert(!DF || M::DEFER, "deferred folds: the type gives its units' scales (defer_scales)");
         [[maybe_unused]] int keep[DF ? P : 1][2][2 * TR] = {};   // [group][unit 2t + j][row g, g + 8, (g + 16, g + 24)]
-        [[maybe_unused]] float kd[DF ? P : 1][2][2 * TR] = {};   // their blocks' scales
+        [[maybe_unused]] float kd[DF ? P : 1][2][2 * TR] = {};   // their units' scales
+        [[maybe_unused]] float km[DF ? P : 1][2][2 * TR] = {};   // and offsets (M::SUMS)
         if constexpr (DF) {
 #pragma unroll
             for (uint32_t p = 0; p < P; ++p)
 #pragma unroll
-                for (uint32_t j = 0; j < 2; ++j) {
-                    const uint32_t off = (8u * p + 2u * t + j) * M::Block::BS;
-                    kd[p][j][0] = f16_to_float(static_cast<uint16_t>(lds_u16(rg + off)));
-                    kd[p][j][1] = f16_to_float(static_cast<uint16_t>(lds_u16(rg8 + off)));
-                    if constexpr (TR > 1) {
+                for (int k = 0; k < 2 * TR; ++k) { // rows g, g + 8, g + 16, ...
+                    float dw[2], mw[2];
+                    M::defer_scales(rg + 8u * k * G::RS, p, t, dw, mw);
 #pragma unroll
-                        for (int k = 2; k < 2 * TR; ++k)
-                            kd[p][j][k] = f16_to_float(static_cast<uint16_t>(lds_u16(rg + 8u * k * G::RS + off)));
+                    for (uint32_t j = 0; j < 2; ++j) {
+                        kd[p][j][k] = dw[j];
+                        km[p][j][k] = mw[j];
                     }
                 }
         }
@@ -624,12 +683,12 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv
             for (uint32_t p = 0; p < P; ++p)
 #pragma unroll
                 for (uint32_t j = 0; j < 2; ++j) {
-                    const float dx = j ? dxb[p] : dxa[p];
-                    acc[0] = M::fold(keep[p][j][0], kd[p][j][0], 0.0f, dx, 0.0f, acc[0]);
-                    acc[2] = M::fold(keep[p][j][1], kd[p][j][1], 0.0f, dx, 0.0f, acc[2]);
+                    const float dx = j ? dxb[p] : dxa[p], sx = j ? sxb[p] : sxa[p];
+                    acc[0] = M::fold(keep[p][j][0], kd[p][j][0], km[p][j][0], dx, sx, acc[0]);
+                    acc[2] = M::fold(keep[p][j][1], kd[p][j][1], km[p][j][1], dx, sx, acc[2]);
                     if constexpr (TR > 1) { // rows g + 16, g + 24 (TR = 2)
-                        acc[1] = M::fold(keep[p][j][2], kd[p][j][2], 0.0f, dx, 0.0f, acc[1]);
-                        acc[3] = M::fold(keep[p][j][3], kd[p][j][3], 0.0f, dx, 0.0f, acc[3]);
+                        acc[1] = M::fold(keep[p][j][2], kd[p][j][2], km[p][j][2], dx, sx, acc[1]);
+                        acc[3] = M::fold(keep[p][j][3], kd[p][j][3], km[p][j][3], dx, sx, acc[3]);
                     }
                 }
         }
@@ -767,9 +826,9 @@ inline bool mma_wide_ring_fits(uint32_t type, uint32_t nc, uint32_t optin) {
 inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     const uint32_t tiles = (a.rows + 15) / 16;
     if (ncols != 1)
-        return (a.mma_mode == kMmaWide || a.mma_mode == kMmaWide32 || (a.mma_mode == kMmaAuto && tiles <= a.sms)) &&
+        return (mma_mode_wide(a.mma_mode) || (a.mma_mode == kMmaAuto && tiles <= a.sms)) &&
                mma_wide_ring_fits(type, ncols, a.smem_optin);
-    if (a.mma_mode == kMmaWide || a.mma_mode == kMmaWide32) return true;
+    if (mma_mode_wide(a.mma_mode)) return true;
     if (a.mma_mode != kMmaAuto) return false;
     switch (type) {
     case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
@@ -793,7 +852,7 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // 13.4; faster on 3584 x 18944, 8192 x 28672, 4096 x 4096). Q8_0's ring of 32 rows does not fit.
 inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     if (ncols != 1 || a.sms == 0) return false;
-    if (a.mma_mode == kMmaWide32) return type == KPR_TYPE_Q4_0 || type == KPR_TYPE_IQ4_NL;
+    if (a.mma_mode == kMmaWide32) return on_mma_type(type, [](auto m) { return mma_two_tile_ring_fits<decltype(m)>(); });
     if (a.mma_mode != kMmaAuto || type != KPR_TYPE_Q4_0) return false;
     const uint32_t blocks = (a.rows + 31) / 32, waves = (blocks + a.sms - 1) / a.sms;
     return waves <= 2 && 4 * blocks >= 3 * waves * a.sms;
@@ -835,7 +894,7 @@ template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
     if (!a.aligned && !mma_takes_unaligned_rows<M>()) return false;
-    if (a.mma_mode == kMmaOn || a.mma_mode == kMmaWide || a.mma_mode == kMmaWide32) return true;
+    if (a.mma_mode == kMmaOn || mma_mode_wide(a.mma_mode)) return true;
     if (ncols == 1) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
         switch (M::Block::TYPE) {
@@ -843,7 +902,8 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
         case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
-        default: return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1); // Q4_K, Q5_K
+        default: // Q4_K, Q5_K
+            return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         }
     }
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return true; // 2..8 columns
@@ -939,16 +999,6 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // kept for the fallback, is not read).
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
 // ring copies them in bulk) or the shape does not fit.
-// Whether the one-column kernel refills a stage as soon as its blocks are in registers (EARLY), so that S
-// chunks are in flight while a warp decodes instead of S - 1: measured on the H200 (run 13 of
-// h200-session10-runs.txt, against refilling after the decode, alternating twice): Q8_0 4096 x 14336 17.25
-// -> 17.0 us, Q4_0 14.65 -> 14.5; not IQ4_XS, whose two blocks of rows take 156 registers that way (one block
-// per SM instead of two: 17.2 -> 21.3).
-template <class M>
-constexpr bool fx_refills_early() {
-    return M::Block::TYPE != KPR_TYPE_IQ4_XS;
-}
-
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
           bool DEFER = M::DEFER, int TR = 1>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
@@ -986,7 +1036,7 @@ template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
     case 1:
-        if constexpr (std::is_same_v<M, MmaQ4_0> || std::is_same_v<M, MmaIQ4_NL>) { // (Q8_0's ring does not fit)
+        if constexpr (mma_two_tile_ring_fits<M>()) {
             if (mma_two_tiles(M::Block::TYPE, a, 1)) {
                 const cudaError_t e = launch_mma_fx<M, 2 * kMmaWarps, 2, true, true, 2>(a, pdl, s);
                 if (e != cudaErrorNotSupported) return e;

@@ -289,8 +289,8 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // one column, one wave: quantizing in the kernel
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 8192, 28672, 1, "auto")); // several waves, long rows
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves, short rows: the row kernel
-    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL, Q4_K: the row kernel on long rows
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL: the row kernel on long rows
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));    // Q4_K: two tiles per block in one wave
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));  // Q4_0 in one wave: 16 warps per tile
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 14336, "auto"));      // 128 blocks of 32 rows: two tiles per block
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 8192, 28672, "auto"));      // 256: two full waves
@@ -304,6 +304,12 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(two(KPR_TYPE_Q8_0, 4096, 14336, "wide32"));   // Q8_0: 16 warps per tile (its 32-row ring does not fit)
     EXPECT_TRUE(two(KPR_TYPE_Q4_K, 4096, 14336, "wide32"));    // Q4_K, Q5_K: deferred folds with scales and offsets
     EXPECT_TRUE(two(KPR_TYPE_Q5_K, 4096, 14336, "wide32"));
+    EXPECT_TRUE(two(KPR_TYPE_Q4_K, 4096, 14336, "auto"));      // 128 blocks of 32 rows: one wave
+    EXPECT_TRUE(two(KPR_TYPE_Q4_K, 3584, 18944, "auto"));      // 112
+    EXPECT_FALSE(two(KPR_TYPE_Q4_K, 8192, 28672, "auto"));     // two waves (the lanes kernel)
+    EXPECT_FALSE(two(KPR_TYPE_Q4_K, 2048, 14336, "auto"));     // 64 blocks: SMs idle
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 5120, 13824, 1, "auto")); // 160 blocks (the lanes kernel)
+    EXPECT_FALSE(two(KPR_TYPE_Q5_K, 4096, 14336, "auto"));     // Q5_K only when asked
     EXPECT_FALSE(two(KPR_TYPE_IQ4_XS, 4096, 14336, "wide32")); // IQ4_XS: no deferred folds
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 4096, 14336, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide32"));

@@ -850,12 +850,23 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // blocks), 5120 x 13824 13.85 -> 16.3 (160), 14336 x 4096 12.6 -> 15.4 (448). IQ4_NL only when asked
 // (tile_kernel = wide32): its 32-row kernel spills, and was slower on 5 of 8 shapes (4096 x 14336 11.8 ->
 // 13.4; faster on 3584 x 18944, 8192 x 28672, 4096 x 4096). Q8_0's ring of 32 rows does not fit.
+// Q4_K (with deferred folds) where the 32-row blocks fill one wave to at least three quarters: run 2 of
+// h200-session22-runs.txt, the previous default (the row kernel; the lanes kernel on 8192 x 28672, 14336 x
+// 4096 and 5120 x 13824) -> two tiles, twice, us per call: 4096 x 14336 11.7 -> 10.74 (0.63 -> 0.68),
+// 4096 x 11008 10.0 -> 9.1, 4096 x 4096 5.3 -> 4.37, 3584 x 18944 14.8 -> 12.35; slower on 8192 x 28672 (two
+// waves: 37.5 -> 38.35), 2048 x 14336 7.65 -> 8.35, 5120 x 13824 13.9 -> 18.3, 14336 x 4096 11.7 -> 16.3. Q5_K
+// only when asked: 0.97-0.98x on 4096 x 14336 and 4096 x 11008, 1.04-1.10x on 4096 x 4096, 3584 x 18944,
+// 8192 x 28672, 0.66-0.82x on the other three.
 inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     if (ncols != 1 || a.sms == 0) return false;
     if (a.mma_mode == kMmaWide32) return on_mma_type(type, [](auto m) { return mma_two_tile_ring_fits<decltype(m)>(); });
-    if (a.mma_mode != kMmaAuto || type != KPR_TYPE_Q4_0) return false;
+    if (a.mma_mode != kMmaAuto) return false;
     const uint32_t blocks = (a.rows + 31) / 32, waves = (blocks + a.sms - 1) / a.sms;
-    return waves <= 2 && 4 * blocks >= 3 * waves * a.sms;
+    switch (type) {
+    case KPR_TYPE_Q4_0: return waves <= 2 && 4 * blocks >= 3 * waves * a.sms;
+    case KPR_TYPE_Q4_K: return waves == 1 && 4 * blocks >= 3 * a.sms;
+    default: return false;
+    }
 }
 
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from

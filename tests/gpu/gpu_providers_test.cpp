@@ -324,7 +324,8 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(wide(KPR_TYPE_Q4_K, 2048, 8192, 1, "auto"));
     EXPECT_TRUE(wide(KPR_TYPE_Q5_K, 1024, 4096, 1, "auto"));
     EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 2048, 2048, 1, "auto")); // rows under 4096 columns: 8 warps
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 3584, 18944, 1, "auto")); // more tiles than SMs: the row kernel
+    EXPECT_FALSE(wide(KPR_TYPE_Q4_K, 3584, 18944, 1, "auto")); // more tiles than SMs: two tiles per block
+    EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 3584, 18944, 1, "auto")); // (Q5_K: the row kernel)
     EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "auto")); // IQ4_NL, IQ4_XS: 8 warps unless asked
     EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide"));
@@ -340,7 +341,8 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide"));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 4096, 1, "auto")); // IQ4_NL too, in one wave
     EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 4096, 4096, 1, "auto")); // Q4_K, Q5_K only on small matrices
+    EXPECT_TRUE(two(KPR_TYPE_Q4_K, 4096, 4096, "auto"));      // Q4_K: two tiles per block in one wave
+    EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 4096, 4096, 1, "auto")); // Q5_K only on small matrices
     EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 2048, 2048, 1, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 14336, 4096, 1, "auto")); // IQ4_XS everywhere
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_XS, 4096, 14336, 1, "auto"));

@@ -310,7 +310,7 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 2048, 14336, "auto"));     // 64 blocks: SMs idle
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 5120, 13824, 1, "auto")); // 160 blocks (the lanes kernel)
     EXPECT_FALSE(two(KPR_TYPE_Q5_K, 4096, 14336, "auto"));     // Q5_K only when asked
-    EXPECT_FALSE(two(KPR_TYPE_IQ4_XS, 4096, 14336, "wide32")); // IQ4_XS: no deferred folds
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_XS, 4096, 14336, "wide32")); // IQ4_XS: no early refills
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 4096, 14336, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide32"));
     EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 5120, 13824, 1, "auto"));  // rows of 12288+ columns: 16 warps per tile

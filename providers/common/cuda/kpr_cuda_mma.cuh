@@ -214,20 +214,25 @@ using MmaIQ4_NL = MmaQ4Like<TIQ4_NL>;
 struct MmaIQ4_XS {
     using Block = TIQ4_XS;
     static constexpr uint32_t CB = 2;
-    static constexpr bool SUMS = false, PERM = true, DEFER = false;
+    static constexpr bool SUMS = false, PERM = true, DEFER = true;
     struct Row {
         float d;
         uint32_t sh, sl; // the scales' high bits (2 per unit), their low nibbles (4 per unit)
         uint32_t q[8];   // per unit, the word qs[16j + 4t..+3]
     };
-    template <uint32_t B>
+    template <uint32_t B, bool D = true>
     __device__ __forceinline__ static Row load(uint32_t row, uint32_t t) {
         const uint32_t base = row + B * 136u; // 8-byte aligned
         Row r;
-        const uint32_t dd = lds_u32(base);
-        r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
-        r.sh = dd >> 16;
-        r.sl = lds_u32(base + 4u);
+        if constexpr (D) {
+            const uint32_t dd = lds_u32(base);
+            r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+            r.sh = dd >> 16;
+            r.sl = lds_u32(base + 4u);
+        } else {
+            r.d = 0.0f;
+            r.sh = r.sl = 0;
+        }
 #pragma unroll
         for (uint32_t j = 0; j < 8; ++j) r.q[j] = lds_u32(base + 8u + 16u * j + 4u * t);
         return r;
@@ -243,6 +248,19 @@ struct MmaIQ4_XS {
         dw0 = scale(r0);
         dw1 = scale(r8);
         mw0 = mw1 = 0.0f;
+    }
+    // DEFER: the scales of units 2t, 2t + 1 of block p (the same products as product's)
+    __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
+        const uint32_t base = row + p * 136u;
+        const uint32_t dd = lds_u32(base), sl = lds_u32(base + 4u), sh = dd >> 16;
+        const float d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+#pragma unroll
+        for (uint32_t j = 0; j < 2; ++j) {
+            const uint32_t u = 2u * t + j;
+            const int ls = static_cast<int>(((sl >> (4u * u)) & 0xFu) | (((sh >> (2u * u)) & 3u) << 4));
+            dw[j] = __fmul_rn(d, static_cast<float>(ls - 32));
+            mw[j] = 0.0f;
+        }
     }
     __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
         return __fmaf_rn(static_cast<float>(sum), __fmul_rn(dw, dx), acc);
@@ -418,7 +436,7 @@ constexpr bool fx_refills_early() {
 
 // Whether M has a one-column kernel with two tiles per block (TR = 2: deferred folds, early refills) and its ring
 // of 16 warps x 2 stages of 32 rows fits the 227 KiB a block may have on 9.0: Q4_0, IQ4_NL (180 KiB), Q4_K (180
-// KiB), Q5_K (208 KiB); not Q8_0 (311 KiB) nor IQ4_XS (no deferred folds).
+// KiB), Q5_K (208 KiB); not Q8_0 (311 KiB) nor IQ4_XS (no early refills: fx_refills_early).
 template <class M>
 constexpr bool mma_two_tile_ring_fits() {
     return M::DEFER && fx_refills_early<M>() &&
@@ -440,7 +458,7 @@ constexpr bool mma_two_tile_ring_fits() {
 // once per group with their units' scales (and offsets), instead of folding every unit's product and
 // discarding 3 of 4 by a select; the same float operations in the same order, so the same results bit for
 // bit. Measured on the H200 (run 1 of h200-session11-runs.txt, alternating twice, 4096 x 14336): Q8_0 17.3
-// -> 16.95 us, Q4_0 14.5 -> 13.3, IQ4_NL 15.8 -> 15.2. Q4_K and Q5_K since the twenty-second session.
+// -> 16.95 us, Q4_0 14.5 -> 13.3, IQ4_NL 15.8 -> 15.2. Q4_K, Q5_K and IQ4_XS since the twenty-second session.
 // TR (FX with DEFER and EARLY only): TR tiles per block (1 or 2), so that each chunk's activations, quantized
 // once, serve 16 * TR rows (mma_two_tiles, mma_two_tile_ring_fits).
 template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1>
@@ -1010,8 +1028,12 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // kept for the fallback, is not read).
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
 // ring copies them in bulk) or the shape does not fit.
+// DEFER: where the type gives its units' scales, except IQ4_XS with 16 warps (tile_kernel = wide): without
+// early refills and under the 64 registers of two such blocks per SM it spilled twice as much (100 bytes) and
+// compute-sanitizer racecheck reported a hazard (a bulk copy's write against the reads of the staged floats)
+// that the 8-warp kernel and the previous 16-warp kernel do not show (run 4 of h200-session22-runs.txt).
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
-          bool DEFER = M::DEFER, int TR = 1>
+          bool DEFER = M::DEFER && (W <= kMmaWarps || fx_refills_early<M>()), int TR = 1>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     const size_t ring = static_cast<size_t>(W) * S * MmaGeom<M, 1, true, TR>::STAGE;
     // Q4_0, 16 warps, at most one tile per SM: padded as in launch_mma, so that two blocks never share an

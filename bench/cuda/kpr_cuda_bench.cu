@@ -395,7 +395,15 @@ int main(int argc, char **argv) {
         else if (a == "--types" && i + 1 < argc) types = split(argv[++i]);
         else if (a == "--ncols" && i + 1 < argc) {
             ncols.clear();
-            for (auto &t : split(argv[++i])) ncols.push_back(static_cast<uint32_t>(std::stoul(t)));
+            for (auto &t : split(argv[++i])) {
+                unsigned n = 0;
+                char extra = 0;
+                if (std::sscanf(t.c_str(), "%u%c", &n, &extra) != 1 || n < 1 || n > 8) {
+                    std::fprintf(stderr, "--ncols: '%s' is not a column count from 1 to 8\n", t.c_str());
+                    return 2;
+                }
+                ncols.push_back(n);
+            }
         } else if (a == "--shapes" && i + 1 < argc) {
             shapes.clear();
             for (auto &t : split(argv[++i])) {
@@ -413,6 +421,11 @@ int main(int argc, char **argv) {
         else if (a == "--planar") ab = "planar_weights=false,true";
         else if (a == "--ab" && i + 1 < argc) ab = argv[++i];
         else if (a == "--with" && i + 1 < argc) with = argv[++i];
+        else {
+            std::fprintf(stderr, "kpr_cuda_bench: unknown argument '%s' (or its value is missing); see the comment at the top "
+                                 "of bench/cuda/kpr_cuda_bench.cu\n", a.c_str());
+            return 2;
+        }
     }
     // type names (as kpr names them: q4_K, not q4_k), --ab OPTION=A,B and --with OPTION=V, checked before any
     // GPU is needed
@@ -461,7 +474,6 @@ int main(int argc, char **argv) {
         std::printf("|---|---|---:|---:|---:|---:|---|---|\n");
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
-            if (t == 999) continue;
             for (const auto &shape : shapes)
                 for (uint32_t nc : ncols) {
                     const auto rows = shape.first, cols = shape.second;
@@ -504,7 +516,7 @@ int main(int argc, char **argv) {
         };
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
-            if (t == 999) continue;
+            if (t == 999) continue; // no tile kernel for this type
             for (const auto &shape : shapes)
                 for (uint32_t nc : ncols) {
                     const auto rows = shape.first, cols = shape.second;
@@ -582,7 +594,6 @@ int main(int argc, char **argv) {
         if (pn == "iq_stage_tables") opts.push_back({"mode", "on"});
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
-            if (t == 999) continue;
             if (pn == "sm60_q8" && t != KPR_TYPE_Q8_0) continue;
             if (pn == "iq_stage_tables" && t != KPR_TYPE_IQ3_XXS && t != KPR_TYPE_IQ3_S) continue;
             for (const auto &[rows, cols] : shapes)

@@ -68,6 +68,18 @@ __device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const u
     mma_8bit_16x8x32<true>(a, b, d);
 }
 
+// defer_scales (below) of the types whose 32-weight blocks start with one f16 scale d (Q8_0, Q4_0, IQ4_NL):
+// the scales of units (blocks) 8p + 2t + j, j = 0, 1, of the row chunk staged at row (BS bytes per block);
+// no offsets
+template <uint32_t BS>
+__device__ __forceinline__ void block_d_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
+#pragma unroll
+    for (uint32_t j = 0; j < 2; ++j) {
+        dw[j] = f16_to_float(static_cast<uint16_t>(lds_u16(row + (8u * p + 2u * t + j) * BS)));
+        mw[j] = 0.0f;
+    }
+}
+
 // What the tile kernel needs of a block type M:
 //   Block          its TQ* struct (BS bytes per block of QK weights)
 //   CB             blocks per row chunk (the chunk a multiple of 16 bytes, CB * QK a multiple of 256)
@@ -118,13 +130,8 @@ struct MmaQ8_0 {
         dw1 = r8.d;
         mw0 = mw1 = 0.0f;
     }
-    // DEFER: the scales of units (blocks) 8p + 2t + j of the row chunk staged at row
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
-#pragma unroll
-        for (uint32_t j = 0; j < 2; ++j) {
-            dw[j] = f16_to_float(static_cast<uint16_t>(lds_u16(row + (8u * p + 2u * t + j) * 34u)));
-            mw[j] = 0.0f;
-        }
+        block_d_scales<Block::BS>(row, p, t, dw, mw);
     }
     // the row kernel's per-block step: sum * (d_w * d_x)
     __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
@@ -193,11 +200,7 @@ struct MmaQ4Like {
         mw0 = mw1 = 0.0f;
     }
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
-#pragma unroll
-        for (uint32_t j = 0; j < 2; ++j) {
-            dw[j] = f16_to_float(static_cast<uint16_t>(lds_u16(row + (8u * p + 2u * t + j) * 18u)));
-            mw[j] = 0.0f;
-        }
+        block_d_scales<Block::BS>(row, p, t, dw, mw);
     }
     __device__ __forceinline__ static float fold(int sum, float dw, float, float dx, float, float acc) {
         const float s = NL ? static_cast<float>(sum) : __fmul_rn(static_cast<float>(sum), 0.0625f);
@@ -241,24 +244,23 @@ struct MmaIQ4_XS {
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         iq4_product(r0.q[U], r8.q[U], b, sum);
-        auto scale = [](const Row &r) {
-            const int ls = static_cast<int>(((r.sl >> (4 * U)) & 0xFu) | (((r.sh >> (2 * U)) & 3u) << 4));
-            return __fmul_rn(r.d, static_cast<float>(ls - 32));
-        };
-        dw0 = scale(r0);
-        dw1 = scale(r8);
+        dw0 = unit_scale(r0.d, r0.sl, r0.sh, U);
+        dw1 = unit_scale(r8.d, r8.sl, r8.sh, U);
         mw0 = mw1 = 0.0f;
     }
-    // DEFER: the scales of units 2t, 2t + 1 of block p (the same products as product's)
+    // unit u's scale d (ls_u - 32), the 6-bit ls_u from the low nibbles sl and high bits sh
+    __device__ __forceinline__ static float unit_scale(float d, uint32_t sl, uint32_t sh, uint32_t u) {
+        const int ls = static_cast<int>(((sl >> (4u * u)) & 0xFu) | (((sh >> (2u * u)) & 3u) << 4));
+        return __fmul_rn(d, static_cast<float>(ls - 32));
+    }
+    // DEFER: the scales of units 2t, 2t + 1 of block p
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
         const uint32_t base = row + p * 136u;
         const uint32_t dd = lds_u32(base), sl = lds_u32(base + 4u), sh = dd >> 16;
         const float d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
 #pragma unroll
         for (uint32_t j = 0; j < 2; ++j) {
-            const uint32_t u = 2u * t + j;
-            const int ls = static_cast<int>(((sl >> (4u * u)) & 0xFu) | (((sh >> (2u * u)) & 3u) << 4));
-            dw[j] = __fmul_rn(d, static_cast<float>(ls - 32));
+            dw[j] = unit_scale(d, sl, sh, 2u * t + j);
             mw[j] = 0.0f;
         }
     }
@@ -329,12 +331,16 @@ struct MmaQ45K {
         };
         const uint32_t a[4] = {q(r0.qa[g], r0.ha), q(r8.qa[g], r8.ha), q(r0.qb[g], r0.hb), q(r8.qb[g], r8.hb)};
         mma_u8s8_16x8x32(a, b, sum);
-        dw0 = __fmul_rn(r0.d, static_cast<float>((r0.sc[h] >> by) & 0xFFu));
-        mw0 = __fmul_rn(r0.dmin, static_cast<float>((r0.m[h] >> by) & 0xFFu));
-        dw1 = __fmul_rn(r8.d, static_cast<float>((r8.sc[h] >> by) & 0xFFu));
-        mw1 = __fmul_rn(r8.dmin, static_cast<float>((r8.m[h] >> by) & 0xFFu));
+        dw0 = byte_times(r0.d, r0.sc[h], by);
+        mw0 = byte_times(r0.dmin, r0.m[h], by);
+        dw1 = byte_times(r8.d, r8.sc[h], by);
+        mw1 = byte_times(r8.dmin, r8.m[h], by);
     }
-    // DEFER: the scales and offsets of units 2t, 2t + 1 of block p (the same products as product's)
+    // a unit's scale d sc_j or offset dmin m_j: f times the byte of w at bit by
+    __device__ __forceinline__ static float byte_times(float f, uint32_t w, uint32_t by) {
+        return __fmul_rn(f, static_cast<float>((w >> by) & 0xFFu));
+    }
+    // DEFER: the scales and offsets of units 2t, 2t + 1 of block p
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
         const uint32_t base = row + p * T::BS;
         const uint32_t dd = lds_u32(base);
@@ -344,8 +350,8 @@ struct MmaQ45K {
         const uint32_t scw = t < 2 ? sc[0] : sc[1], mm = t < 2 ? m[0] : m[1], by = 16u * (t % 2u);
 #pragma unroll
         for (uint32_t j = 0; j < 2; ++j) {
-            dw[j] = __fmul_rn(d, static_cast<float>((scw >> (by + 8u * j)) & 0xFFu));
-            mw[j] = __fmul_rn(dmin, static_cast<float>((mm >> (by + 8u * j)) & 0xFFu));
+            dw[j] = byte_times(d, scw, by + 8u * j);
+            mw[j] = byte_times(dmin, mm, by + 8u * j);
         }
     }
     __device__ __forceinline__ static float fold(int sum, float dw, float mw, float dx, float sx, float acc) {

@@ -518,7 +518,6 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
             if constexpr (bulk) mbar_wait(smem_addr(&wbar[warp][c % S]), (c / S) & 1u);
             __syncwarp();
             compute(c, c % S);
-            if constexpr (bulk) fence_proxy_async_smem();
             __syncwarp(); // stage c % S is refilled next iteration
         }
     } else {
@@ -787,7 +786,6 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
                 T::template item<NC, R, Tab>(wp, part, a.x, k0, tab, acc);
             }
         }
-        if constexpr (bulk) fence_proxy_async_smem();
         __syncwarp(); // stage st is refilled by a later issue
         if (c == nch - 1) {
             const uint32_t row0 = (gb0 + warp + W * gi) * R;

@@ -737,7 +737,6 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv
             }
         };
         chunk(ring + st * G::STAGE, release);
-        if constexpr (!EARLY) fence_proxy_async_smem(); // EARLY: in release (PIECES too: issue_x is a bulk copy)
         __syncwarp(); // stage st is refilled by a later issue
     }
     if constexpr (FX) { // rows g, g + 8: one part per lane t, added below with the warps' slices
@@ -1036,9 +1035,11 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
 // ring copies them in bulk) or the shape does not fit.
 // DEFER: where the type gives its units' scales, except IQ4_XS with 16 warps (tile_kernel = wide): without
-// early refills and under the 64 registers of two such blocks per SM it spilled twice as much (100 bytes; run 4
-// of h200-session22-runs.txt). (The racecheck hazard that build also showed was the missing proxy fence before
-// a stage's refill, now in gemv_mma_kernel: with it, that kernel is clean; session 23.)
+// early refills and under the 64 registers of two such blocks per SM it spilled twice as much (100 bytes) and
+// compute-sanitizer racecheck reported a hazard (a bulk copy's write against the reads of the staged floats)
+// that the 8-warp kernel and the previous 16-warp kernel do not show (run 4 of h200-session22-runs.txt). With
+// a proxy fence before each refill (session 23, not kept) the report moved to the per-unit 16-warp kernel and
+// left the deferred one: it follows the code's shape, not the fence (docs/benchmarks.md, "Proxy fences").
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
           bool DEFER = M::DEFER && (W <= kMmaWarps || fx_refills_early<M>()), int TR = 1>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {

@@ -321,10 +321,8 @@ __device__ __forceinline__ void mbar_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
-// orders this thread's earlier shared-memory reads before later copy-engine writes: the bulk copies (and tensor
-// copies) write through the async proxy, and reads through the generic proxy are ordered before them only by a
-// proxy fence. Every lane that read a stage calls it before the warp barrier after which one lane refills the
-// stage (cp.async without .bulk writes through the generic proxy, so a stage filled only by it needs none).
+// orders this thread's earlier shared-memory reads before later copy-engine writes (a stage read into
+// registers may be refilled by a bulk copy that lane 0 issues after a warp barrier)
 __device__ __forceinline__ void fence_proxy_async_smem() {
 #if KPR_BULK_COPY
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

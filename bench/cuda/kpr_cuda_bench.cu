@@ -509,14 +509,9 @@ int main(int argc, char **argv) {
         }
         std::printf("| type | shape | ncols | tile_kernel = off (us) | = on (us) | off / on | auto takes |\n");
         std::printf("|---|---|---:|---:|---:|---:|---|\n");
-        auto type_id = [](const std::string &n) -> uint32_t {
-            for (uint32_t id : {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K, KPR_TYPE_IQ4_NL, KPR_TYPE_IQ4_XS})
-                if (n == tinfo(id)->name) return id;
-            return 999;
-        };
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
-            if (t == 999) continue; // no tile kernel for this type
+            if (!kpr::cuda::on_mma_type(t, [](auto) { return true; })) continue; // no tile kernel for this type
             for (const auto &shape : shapes)
                 for (uint32_t nc : ncols) {
                     const auto rows = shape.first, cols = shape.second;

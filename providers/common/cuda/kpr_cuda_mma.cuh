@@ -228,10 +228,7 @@ struct MmaIQ4_XS {
         const uint32_t base = row + B * 136u; // 8-byte aligned
         Row r;
         if constexpr (D) {
-            const uint32_t dd = lds_u32(base);
-            r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
-            r.sh = dd >> 16;
-            r.sl = lds_u32(base + 4u);
+            head(base, r.d, r.sh, r.sl);
         } else {
             r.d = 0.0f;
             r.sh = r.sl = 0;
@@ -248,6 +245,13 @@ struct MmaIQ4_XS {
         dw1 = unit_scale(r8.d, r8.sl, r8.sh, U);
         mw0 = mw1 = 0.0f;
     }
+    // the block at base's d, the scales' high bits sh and their low nibbles sl
+    __device__ __forceinline__ static void head(uint32_t base, float &d, uint32_t &sh, uint32_t &sl) {
+        const uint32_t dd = lds_u32(base);
+        d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+        sh = dd >> 16;
+        sl = lds_u32(base + 4u);
+    }
     // unit u's scale d (ls_u - 32), the 6-bit ls_u from the low nibbles sl and high bits sh
     __device__ __forceinline__ static float unit_scale(float d, uint32_t sl, uint32_t sh, uint32_t u) {
         const int ls = static_cast<int>(((sl >> (4u * u)) & 0xFu) | (((sh >> (2u * u)) & 3u) << 4));
@@ -255,9 +259,9 @@ struct MmaIQ4_XS {
     }
     // DEFER: the scales of units 2t, 2t + 1 of block p
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
-        const uint32_t base = row + p * 136u;
-        const uint32_t dd = lds_u32(base), sl = lds_u32(base + 4u), sh = dd >> 16;
-        const float d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+        float d;
+        uint32_t sh, sl;
+        head(row + p * 136u, d, sh, sl);
 #pragma unroll
         for (uint32_t j = 0; j < 2; ++j) {
             dw[j] = unit_scale(d, sl, sh, 2u * t + j);
@@ -286,6 +290,12 @@ struct MmaQ45K {
         uint32_t qa[4], qb[4]; // qs words 32g + 4t and 32g + 16 + 4t, g = 0..3
         uint32_t ha, hb;       // Q5_K: qh words 4t and 16 + 4t
     };
+    // the super-block scales d and dmin of the block at base
+    __device__ __forceinline__ static void d_dmin(uint32_t base, float &d, float &dmin) {
+        const uint32_t dd = lds_u32(base);
+        d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
+        dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
+    }
     // the 6-bit scales (sc) and mins (m) of units 0..3 (word 0) and 4..7 (word 1), one per byte, of the block at base
     __device__ __forceinline__ static void scales_mins(uint32_t base, uint32_t (&sc)[2], uint32_t (&m)[2]) {
         const uint32_t w0 = lds_u32(base + 4u), w1 = lds_u32(base + 8u), w2 = lds_u32(base + 12u);
@@ -299,9 +309,7 @@ struct MmaQ45K {
         const uint32_t base = row + B * T::BS;
         Row r;
         if constexpr (D) {
-            const uint32_t dd = lds_u32(base);
-            r.d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu));
-            r.dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
+            d_dmin(base, r.d, r.dmin);
             scales_mins(base, r.sc, r.m);
         } else {
             r.d = r.dmin = 0.0f;
@@ -343,8 +351,8 @@ struct MmaQ45K {
     // DEFER: the scales and offsets of units 2t, 2t + 1 of block p
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
         const uint32_t base = row + p * T::BS;
-        const uint32_t dd = lds_u32(base);
-        const float d = f16_to_float(static_cast<uint16_t>(dd & 0xFFFFu)), dmin = f16_to_float(static_cast<uint16_t>(dd >> 16));
+        float d, dmin;
+        d_dmin(base, d, dmin);
         uint32_t sc[2], m[2];
         scales_mins(base, sc, m);
         const uint32_t scw = t < 2 ? sc[0] : sc[1], mm = t < 2 ? m[0] : m[1], by = 16u * (t % 2u);
@@ -1035,11 +1043,8 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
 // ring copies them in bulk) or the shape does not fit.
 // DEFER: where the type gives its units' scales, except IQ4_XS with 16 warps (tile_kernel = wide): without
-// early refills and under the 64 registers of two such blocks per SM it spilled twice as much (100 bytes) and
-// compute-sanitizer racecheck reported a hazard (a bulk copy's write against the reads of the staged floats)
-// that the 8-warp kernel and the previous 16-warp kernel do not show (run 4 of h200-session22-runs.txt). With
-// a proxy fence before each refill (session 23, not kept) the report moved to the per-unit 16-warp kernel and
-// left the deferred one: it follows the code's shape, not the fence (docs/benchmarks.md, "Proxy fences").
+// early refills and under the 64 registers of two such blocks per SM it spilled twice as much (100 bytes instead
+// of 52; run 4 of h200-session22-runs.txt; its racecheck reports: docs/benchmarks.md, "Proxy fences").
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
           bool DEFER = M::DEFER && (W <= kMmaWarps || fx_refills_early<M>()), int TR = 1>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {

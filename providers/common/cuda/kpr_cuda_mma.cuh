@@ -375,6 +375,20 @@ __device__ __forceinline__ void unrolled(F &f, std::integer_sequence<uint32_t, I
     (f(std::integral_constant<uint32_t, I>{}), ...);
 }
 
+// part(0) + ... + part(N - 1) added pairwise: a tree of depth log2 N instead of a chain of N dependent adds
+// (the tile kernels' last step, which the block's last warp waits on)
+template <int N, class F>
+__device__ __forceinline__ float pairwise_sum(F &&part) {
+    float v[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = part(i);
+#pragma unroll
+    for (int s = 1; s < N; s *= 2)
+#pragma unroll
+        for (int i = 0; i + s < N; i += 2 * s) v[i] += v[i + s];
+    return v[0];
+}
+
 // Rows that are not 16-byte aligned (GemvKArgs::aligned == 0) have no tensor map and no bulk copies (both
 // need 16 bytes). Where a type's blocks are a multiple of 8 bytes (IQ4_XS's 136: rows of an odd number of
 // super-blocks, such as 8960 or 11008 weights, are 8-byte aligned), the tile kernel still takes them, in
@@ -747,20 +761,23 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv
         chunk(ring + st * G::STAGE, release);
         __syncwarp(); // stage st is refilled by a later issue
     }
-    if constexpr (FX) { // rows g, g + 8: one part per lane t, added below with the warps' slices
-        red(warp)[g * 8 + t] = acc[0];
-        red(warp)[(g + 8) * 8 + t] = acc[2];
-        if constexpr (TR > 1) {
-            red(warp)[(g + 16) * 8 + t] = acc[1];
-            red(warp)[(g + 24) * 8 + t] = acc[3];
+    if constexpr (FX) { // rows g, g + 8 (and g + 16, g + 24): a row's four lanes t summed, one part per warp
+#pragma unroll
+        for (int k = 0; k < 4; k += TR > 1 ? 1 : 2) {
+            acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 1);
+            acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], 2);
+        }
+        if (t == 0) {
+            red(warp)[g] = acc[0];
+            red(warp)[g + 8] = acc[2];
+            if constexpr (TR > 1) {
+                red(warp)[g + 16] = acc[1];
+                red(warp)[g + 24] = acc[3];
+            }
         }
         __syncthreads();
         for (uint32_t r = threadIdx.x; r < G::ROWS; r += 32 * W) {
-            float v = 0.0f;
-#pragma unroll
-            for (int w = 0; w < W; ++w)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) v += red(w)[r * 8 + i];
+            const float v = pairwise_sum<W>([&](int w) { return red(w)[r]; });
             if (row0 + r < a.rows) a.y[row0 + r] = v;
         }
         return;
@@ -772,9 +789,7 @@ __global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < G::ROWS * NC; i += 32 * W) {
         const uint32_t r = i / NC, j = i % NC;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < W; ++w) v += red(w)[r * 8 + j];
+        const float v = pairwise_sum<W>([&](int w) { return red(w)[r * 8 + j]; });
         if (row0 + r < a.rows) a.y[static_cast<uint64_t>(j) * a.rows + row0 + r] = v;
     }
 #endif

@@ -12,7 +12,8 @@
 //                  [--ncols 1,2,4,8] [--shapes 4096x14336,14336x4096] [--no-moe] [--breakdown]
 //                  [--tile-vs-row] [--planar] [--ab OPTION=A,B [--with OPTION=V]]
 // Prints a markdown table. --tile-vs-row: for the types with a tensor-core tile kernel, it against the
-// row kernels (whole calls, 2..8 columns, the --types / --shapes / --ncols given), and mma_serves's pick.
+// row kernels (whole calls, the --types / --shapes / --ncols given), and mma_serves's pick; a type without
+// one gets a row that says so.
 // --ab OPTION=A,B: generic_cuda with its option OPTION = A and = B (and --with's option in both),
 // alternating twice per type, shape and ncols (the --types / --shapes / --ncols given), and what the offer
 // says with B. --planar: --ab planar_weights=false,true.
@@ -511,7 +512,10 @@ int main(int argc, char **argv) {
         std::printf("|---|---|---:|---:|---:|---:|---|\n");
         for (const auto &tn : types) {
             const uint32_t t = type_id(tn);
-            if (!kpr::cuda::on_mma_type(t, [](auto) { return true; })) continue; // no tile kernel for this type
+            if (!kpr::cuda::on_mma_type(t, [](auto) { return true; })) { // nothing to compare: said, not skipped silently
+                std::printf("| %s | - | - | - | - | - | no tile kernel for this type |\n", tn.c_str());
+                continue;
+            }
             for (const auto &shape : shapes)
                 for (uint32_t nc : ncols) {
                     const auto rows = shape.first, cols = shape.second;

@@ -289,7 +289,7 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // one column, one wave: quantizing in the kernel
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 8192, 28672, 1, "auto")); // several waves, long rows
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves, short rows: the row kernel
-    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL: the row kernel on long rows
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL: the row kernel on rows of 4097..16383 columns, more tiles than SMs
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));    // Q4_K: two tiles per block in one wave
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));  // Q4_0 in one wave: 16 warps per tile
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 14336, "auto"));      // 128 blocks of 32 rows: two tiles per block
@@ -298,7 +298,14 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 2048, 14336, "auto"));     // 64 blocks: SMs idle
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 5120, 13824, "auto"));     // 160: a short second wave
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 14336, 4096, "auto"));     // several waves
-    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "auto"));   // IQ4_NL only when asked
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "auto"));   // (rows of 4097..16383 columns)
+    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 3584, 18944, "auto"));    // 112 blocks, rows of 16384+ columns
+    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 8192, 28672, "auto"));    // 256: two full waves
+    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 4096, "auto"));     // 128, rows of 3072..4096 columns
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 8192, 2048, "auto"));    // rows of 8 chunks: 8 warps per tile
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 8192, 2048, 1, "auto"));
+    EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 14336, 1, "auto")); // 128 tiles: 16 warps per tile
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 8192, 8192, 1, "auto")); // several waves, 8192 columns: the row kernel
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "wide32"));
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 2048, 14336, "wide32"));
     EXPECT_FALSE(two(KPR_TYPE_Q8_0, 4096, 14336, "wide32"));   // Q8_0: 16 warps per tile (its 32-row ring does not fit)
@@ -326,8 +333,9 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 2048, 2048, 1, "auto")); // rows under 4096 columns: 8 warps
     EXPECT_FALSE(wide(KPR_TYPE_Q4_K, 3584, 18944, 1, "auto")); // more tiles than SMs: two tiles per block
     EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 3584, 18944, 1, "auto")); // (Q5_K: the row kernel)
-    EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "auto")); // IQ4_NL, IQ4_XS: 8 warps unless asked
-    EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "wide"));
+    EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 8192, 1, "auto"));  // IQ4_NL as Q8_0 (since its chained lookups)
+    EXPECT_FALSE(wide(KPR_TYPE_IQ4_XS, 2048, 8192, 1, "auto")); // IQ4_XS: 8 warps unless asked
+    EXPECT_TRUE(wide(KPR_TYPE_IQ4_XS, 2048, 8192, 1, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "wide"));
     EXPECT_TRUE(wide(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide")); // wide: 16 warps at every column count
     EXPECT_FALSE(wide(KPR_TYPE_IQ4_XS, 2048, 8192, 8, "wide")); // where the 16-warp ring fits
@@ -339,8 +347,10 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 2128, 4096, 2, "auto")); // 133 tiles
     EXPECT_FALSE(wide(KPR_TYPE_Q4_K, 4096, 14336, 8, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, "wide"));
-    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 4096, 1, "auto")); // IQ4_NL too, in one wave
-    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 4096, 4096, 1, "auto")); // IQ4_NL too, on rows up to 4096 columns
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 14336, 4096, "auto"));   // (several waves: 8 warps per tile)
+    EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 14336, 4096, 1, "auto"));
     EXPECT_TRUE(two(KPR_TYPE_Q4_K, 4096, 4096, "auto"));      // Q4_K: two tiles per block in one wave
     EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 4096, 4096, 1, "auto")); // Q5_K only on small matrices
     EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 2048, 2048, 1, "auto"));

@@ -51,6 +51,11 @@ namespace kpr::cuda {
                  "{%8, %9}, {%10, %10, %10, %10};"                                                                \
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])                                                 \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0))
+#define KPR_MMA_M16N8K32_ACC(ATYPE)                                                                              \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." ATYPE ".s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "  \
+                 "{%8, %9}, {%0, %1, %2, %3};"                                                                    \
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
 template <bool U8>
 __device__ __forceinline__ void mma_8bit_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
 #if KPR_MMA_INT8
@@ -60,7 +65,14 @@ __device__ __forceinline__ void mma_8bit_16x8x32(const uint32_t (&a)[4], const u
     d[0] = d[1] = d[2] = d[3] = 0;
 #endif
 }
+// d += A * B (signed A)
+__device__ __forceinline__ void mma_s8_16x8x32_acc(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
+#if KPR_MMA_INT8
+    KPR_MMA_M16N8K32_ACC("s8");
+#endif
+}
 #undef KPR_MMA_M16N8K32
+#undef KPR_MMA_M16N8K32_ACC
 __device__ __forceinline__ void mma_s8_16x8x32(const uint32_t (&a)[4], const uint32_t (&b)[2], int (&d)[4]) {
     mma_8bit_16x8x32<false>(a, b, d);
 }
@@ -144,24 +156,50 @@ struct MmaQ8_0 {
 // Q4_0 (value (n - 8) d): (n - 8) as a 4-bit two's complement is n ^ 8, and shifted to a byte's top half
 // it is the int8 16 (n - 8): one logic op for the high nibbles, one more shift for the low ones. The
 // integer sum comes out 16 times too large, exactly; fold scales by 1/16 (exact).
-// IQ4_NL (value kvalues[n] d): two byte-permute lookups per word, v (indices 8..15, the positive
-// values; 0 elsewhere) and u (indices 0..7, the negated negative values; 0 elsewhere), both unsigned, in
-// two mmas: sum = v . x - u . x. A lookup takes its four indices from a 16-bit selector (the nibbles of
-// bytes 4t and 4t + 1, or of 4t + 2 and 4t + 3), so the activations come permuted to that order
-// (tile_perm_pos) instead of the weights being regrouped.
+// IQ4_NL (value kvalues[n] d): two signed byte-permute lookups per word, lo (the raw selector) and hi
+// (the selector ^ 0x8888), into two mmas. lo gives kvalues[n] for indices 0..7, all negative, and for
+// 8..15 the sign of a negative table byte, -1; hi gives kvalues[n] + 1 for 8..15, all positive, and for
+// 0..7 the sign of a positive table byte, 0. So lo + hi = kvalues[n] in every byte, and lo . x + hi . x is
+// the exact integer sum. A lookup takes its four indices from a 16-bit selector (the nibbles of bytes 4t
+// and 4t + 1, or of 4t + 2 and 4t + 3), so the activations come permuted to that order (tile_perm_pos)
+// instead of the weights being regrouped.
 // The IQ4 lookups of one unit (see MmaQ4Like): w0, w8 the rows' words qs[4t..4t+3] of the unit, the
-// activations permuted (tile_perm_pos); the exact integer sums v . x - u . x.
+// activations permuted (tile_perm_pos); the exact integer sums of the unit. CHAIN (IQ4_NL): as above, the
+// second mma adding onto the first's sums (its C) instead of the two sums being combined after: fewer
+// registers live, one mma waiting for the other. Else (IQ4_XS) the decode before the chain: unsigned
+// lookups of the values of indices 8..15 and of the negated values of 0..7, subtracted. Measured on the
+// H200 (runs 1 and 2 of h200-session26-runs.txt, against that decode, us per call): IQ4_NL 4096 x 14336 at 2
+// and 3 columns 14.6 -> 13.15 and 14.9 -> 13.4, at 4 13.8 -> 13.35, at 8 equal; 2048 x 8192, 14336 x 4096 and
+// 8192 x 28672 at 2..8 columns 0.99-1.04x; one column unchanged where the row kernel serves it. Its 32-row
+// one-column kernel has 102 registers and no spills instead of 128 and 40 bytes spilled, its 8-warp one 71
+// instead of 86 (`cuobjdump -res-usage`), which made the one-column rules below worth refitting. IQ4_XS's
+// one-column kernel (no early refills) was 0.96-0.97x with the chain on five of eight shapes, and 0.98-1.00x
+// at 2..8 columns with the signed lookups added after, so IQ4_XS keeps its decode.
+constexpr uint32_t kIq4Lo0 = 0xBFAD9881u;    // -127 -104 -83 -65 (kvalues[0..3])
+constexpr uint32_t kIq4Lo1 = 0xF6EADDCFu;    // -49 -35 -22 -10
+constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
+constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+template <bool CHAIN>
 __device__ __forceinline__ void iq4_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4]) {
     const uint32_t x0 = w0 ^ 0x88888888u, x8 = w8 ^ 0x88888888u;
-    const uint32_t v[4] = {prmt(kIq4Hi0, kIq4Hi1, x0), prmt(kIq4Hi0, kIq4Hi1, x8), prmt(kIq4Hi0, kIq4Hi1, x0 >> 16),
-                           prmt(kIq4Hi0, kIq4Hi1, x8 >> 16)};
-    const uint32_t u[4] = {prmt(kIq4NegLo0, kIq4NegLo1, w0), prmt(kIq4NegLo0, kIq4NegLo1, w8),
-                           prmt(kIq4NegLo0, kIq4NegLo1, w0 >> 16), prmt(kIq4NegLo0, kIq4NegLo1, w8 >> 16)};
-    int sv[4], su[4];
-    mma_u8s8_16x8x32(v, b, sv);
-    mma_u8s8_16x8x32(u, b, su);
+    if constexpr (CHAIN) {
+        const uint32_t lo[4] = {prmt(kIq4Lo0, kIq4Lo1, w0), prmt(kIq4Lo0, kIq4Lo1, w8), prmt(kIq4Lo0, kIq4Lo1, w0 >> 16),
+                                prmt(kIq4Lo0, kIq4Lo1, w8 >> 16)};
+        const uint32_t hi[4] = {prmt(kIq4HiP1_0, kIq4HiP1_1, x0), prmt(kIq4HiP1_0, kIq4HiP1_1, x8),
+                                prmt(kIq4HiP1_0, kIq4HiP1_1, x0 >> 16), prmt(kIq4HiP1_0, kIq4HiP1_1, x8 >> 16)};
+        mma_s8_16x8x32(lo, b, sum);
+        mma_s8_16x8x32_acc(hi, b, sum);
+    } else { // v: the values of indices 8..15, u: the negated values of 0..7, both unsigned (kpr_cuda_blocks.cuh)
+        const uint32_t v[4] = {prmt(kIq4Hi0, kIq4Hi1, x0), prmt(kIq4Hi0, kIq4Hi1, x8), prmt(kIq4Hi0, kIq4Hi1, x0 >> 16),
+                               prmt(kIq4Hi0, kIq4Hi1, x8 >> 16)};
+        const uint32_t u[4] = {prmt(kIq4NegLo0, kIq4NegLo1, w0), prmt(kIq4NegLo0, kIq4NegLo1, w8),
+                               prmt(kIq4NegLo0, kIq4NegLo1, w0 >> 16), prmt(kIq4NegLo0, kIq4NegLo1, w8 >> 16)};
+        int sv[4], su[4];
+        mma_u8s8_16x8x32(v, b, sv);
+        mma_u8s8_16x8x32(u, b, su);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
+        for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
+    }
 }
 
 template <class T>
@@ -188,7 +226,7 @@ struct MmaQ4Like {
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         if constexpr (NL) {
-            iq4_product(r0.w, r8.w, b, sum);
+            iq4_product<true>(r0.w, r8.w, b, sum);
         } else {
             // three instructions per word (and_xor: ptxas splits the plain expression into four)
             const uint32_t a[4] = {and_xor(r0.w << 4, 0xF0F0F0F0u, 0x80808080u), and_xor(r8.w << 4, 0xF0F0F0F0u, 0x80808080u),
@@ -240,7 +278,7 @@ struct MmaIQ4_XS {
     template <uint32_t U>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
-        iq4_product(r0.q[U], r8.q[U], b, sum);
+        iq4_product<false>(r0.q[U], r8.q[U], b, sum);
         dw0 = unit_scale(r0.d, r0.sl, r0.sh, U);
         dw1 = unit_scale(r8.d, r8.sl, r8.sh, U);
         mw0 = mw1 = 0.0f;
@@ -855,14 +893,17 @@ inline bool mma_wide_ring_fits(uint32_t type, uint32_t nc, uint32_t optin) {
 // -> 14.4, 8192 x 28672 46.9 -> 45.3-46.6 (run 1: 42.2), 4096 x 11008 9.87 -> 10.05 (the one loss);
 // other types slower (their stages are larger, one block per SM, or their decode longer; run 1: IQ4_NL
 // 4096 x 14336 11.7 -> 14.85, Q4_K 11.7 -> 13.85, Q8_0 16.2 -> 16.5), and over several waves of short rows
-// (Q4_0 14336 x 4096 12.95 -> 14.0: one chunk per warp).
+// (Q4_0 14336 x 4096 12.95 -> 14.0: one chunk per warp). IQ4_NL since its chained lookups (below).
 // Q8_0, Q4_K and Q5_K where there is at most one tile per SM (one block per SM: their rings of 16 warps
 // take 172 / 221 KiB) and rows of 4096+ columns; the previous default (Q8_0: the 8-warp tile kernel; Q4_K,
 // Q5_K: the row kernel) -> 16 warps, run 5 of h200-session18-runs.txt: Q8_0 2048 x 14336 10.95 -> 8.4,
 // 1536 x 8960 6.9 -> 5.1, 2048 x 8192 7.15 -> 5.7, 2048 x 5632 5.35 -> 4.6, 1024 x 4096 2.65 -> 2.5; Q4_K
 // 10.9 -> 8.5, 5.8 -> 5.1, 7.0 -> 4.8, 5.55 -> 3.7, 3.2 -> 2.6; Q5_K 11.7 -> 9.5, 6.05 -> 5.9, 7.45 -> 6.25,
 // 5.85 -> 5.1, 3.25 -> 2.85; slower on 2048 x 2048 (Q8_0 2.55 -> 2.7) and on 3584 x 18944 (224 tiles: Q4_K
-// 14.75 -> 16.05, Q5_K 16.2 -> 21.6). IQ4_NL (0.84-1.12x) and IQ4_XS (0.85-1.04x) keep 8 warps.
+// 14.75 -> 16.05, Q5_K 16.2 -> 21.6). IQ4_XS (0.85-1.04x) keeps 8 warps. IQ4_NL with its chained lookups as
+// Q8_0 (run 3 of h200-session26-runs.txt, main -> this, us per call): 2048 x 14336 10.4 -> 8.0, 2048 x 8192
+// 6.5 -> 4.8, 1536 x 8960 5.3 -> 4.8, 1024 x 4096 2.8 -> 2.5, 2048 x 5632 4.7 -> 3.6 (where main took the
+// row kernel).
 // At 2..8 columns (the quantizer, then the tile kernel with 16 warps and 2 stages, one block per SM:
 // mma_wide_ring_fits): where there is at most one tile per SM, for all six types (auto), and wherever the
 // ring fits (wide; IQ4_XS's 16-warp ring fits up to 4 columns). Measured on the H200 (run 1 of
@@ -881,7 +922,8 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     case KPR_TYPE_Q4_0: return tiles <= 2 * a.sms || a.x.cols >= 12288;
     case KPR_TYPE_Q8_0:
     case KPR_TYPE_Q4_K:
-    case KPR_TYPE_Q5_K: return tiles <= a.sms && a.x.cols >= 4096;
+    case KPR_TYPE_Q5_K:
+    case KPR_TYPE_IQ4_NL: return tiles <= a.sms && a.x.cols >= 4096;
     default: return false;
     }
 }
@@ -894,9 +936,16 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // call): faster on 4096 x 14336 10.8 -> 10.0 (0.68 -> 0.73 of the read bandwidth), 4096 x 11008 9.9 -> 8.5,
 // 4096 x 4096 4.95 -> 4.2, 3584 x 18944 12.9 -> 11.9 and 8192 x 28672 43.6 -> 37.8 (128, 112 and 256 blocks);
 // slower where the blocks leave SMs idle or run several waves of short rows: 2048 x 14336 6.5 -> 7.9 (64
-// blocks), 5120 x 13824 13.85 -> 16.3 (160), 14336 x 4096 12.6 -> 15.4 (448). IQ4_NL only when asked
-// (tile_kernel = wide32): its 32-row kernel spills, and was slower on 5 of 8 shapes (4096 x 14336 11.8 ->
-// 13.4; faster on 3584 x 18944, 8192 x 28672, 4096 x 4096). Q8_0's ring of 32 rows does not fit.
+// blocks), 5120 x 13824 13.85 -> 16.3 (160), 14336 x 4096 12.6 -> 15.4 (448). Q8_0's ring of 32 rows does
+// not fit.
+// IQ4_NL (since its chained lookups: no spills) where the blocks fill as for Q4_0 and the rows have 3072..4096
+// or 16384+ columns. Against the row kernel it is slower at 11008-14336 columns (run 2 of
+// h200-session26-runs.txt, --ab tile_kernel=auto,wide32, twice: 4096 x 14336 11.75 -> 12.55, 4096 x 11008
+// 9.75 -> 10.5, 8192 x 8192 13.8 -> 16.2) and faster on long and short rows; main -> this (run 3, three passes
+// alternating): 3584 x 18944 19.0 -> 13.9, 8192 x 28672 50.7 -> 41.1, 7168 x 18432 31.0 -> 27.9 (not among the
+// fitted shapes), 4096 x 4096 5.4 -> 4.8, 3584 x 3584 4.5 -> 4.3, 8192 x 3072 8.3 -> 8.0 (8 warps per tile
+// measured 7.5 there). On rows of 2048 columns (8 chunks: half the warps idle) 8 warps per tile are faster
+// (8192 x 2048: 5.95 against 6.45).
 // Q4_K (with deferred folds) where the 32-row blocks fill one wave to at least three quarters: run 2 of
 // h200-session22-runs.txt, the previous default (the row kernel; the lanes kernel on 8192 x 28672, 14336 x
 // 4096 and 5120 x 13824) -> two tiles, twice, us per call: 4096 x 14336 11.7 -> 10.74 (0.63 -> 0.68),
@@ -912,6 +961,8 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     switch (type) {
     case KPR_TYPE_Q4_0: return waves <= 2 && 4 * blocks >= 3 * waves * a.sms;
     case KPR_TYPE_Q4_K: return waves == 1 && 4 * blocks >= 3 * a.sms;
+    case KPR_TYPE_IQ4_NL:
+        return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && ((a.x.cols >= 3072 && a.x.cols <= 4096) || a.x.cols >= 16384);
     default: return false;
     }
 }
@@ -940,7 +991,11 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // 13.1 -> 12.7, 4096 x 4096 5.5 -> 4.95, 2048 x 2048 3.1 -> 2.2; 4096 x 14336 11.15 -> 13.0, 28672 x 8192
 // 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
 // one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
-// 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out).
+// 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out);
+// since its chained lookups as Q4_0, on rows up to 4096 columns in any number of waves (run 3 of
+// h200-session26-runs.txt, main -> this, us per call: 14336 x 4096 14.0 -> 13.9, 18944 x 3584 16.2 -> 15.1,
+// 10240 x 2560 8.4 -> 7.7, 5632 x 2048 5.5 -> 3.9, 8192 x 2048 6.5 -> 5.9; 3072 x 3072 4.0 -> 4.1, the same
+// kernel) and where mma_wide or mma_two_tiles take it.
 // IQ4_XS everywhere on aligned rows (faster on all seven shapes, 1.09-1.64x); on rows that are not
 // (chunks of one block, MmaOneBlock) at one column where there is at most one tile per SM (run 1 of
 // h200-session20-runs.txt, the row kernel -> the tile kernel: 1536 x 8960 11.8 -> 8.9 us, 4096 x 11008 15.4 ->
@@ -958,7 +1013,7 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
         case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
-        case KPR_TYPE_IQ4_NL: return one_wave && a.x.cols <= 4096;
+        case KPR_TYPE_IQ4_NL: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
         default: // Q4_K, Q5_K
             return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);

@@ -306,6 +306,11 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 8192, 2048, 1, "auto"));
     EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 14336, 1, "auto")); // 128 tiles: 16 warps per tile
     EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 8192, 8192, 1, "auto")); // several waves, 8192 columns: the row kernel
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 5120, 13824, 1, "auto"));  // 320 tiles: a second wave partly filled
+    EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 5120, 13824, 1, "auto")); // (8 warps per tile)
+    EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 6144, 16384, 1, "auto"));  // 384
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4352, 14336, 1, "auto")); // 272: just past one wave, the row kernel
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 7168, 7168, 1, "auto"));  // 448
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "wide32"));
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 2048, 14336, "wide32"));
     EXPECT_FALSE(two(KPR_TYPE_Q8_0, 4096, 14336, "wide32"));   // Q8_0: 16 warps per tile (its 32-row ring does not fit)

@@ -995,7 +995,14 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // since its chained lookups as Q4_0, on rows up to 4096 columns in any number of waves (run 3 of
 // h200-session26-runs.txt, main -> this, us per call: 14336 x 4096 14.0 -> 13.9, 18944 x 3584 16.2 -> 15.1,
 // 10240 x 2560 8.4 -> 7.7, 5632 x 2048 5.5 -> 3.9, 8192 x 2048 6.5 -> 5.9; 3072 x 3072 4.0 -> 4.1, the same
-// kernel) and where mma_wide or mma_two_tiles take it.
+// kernel) and where mma_wide or mma_two_tiles take it; and where its 8-warp tiles fill a second wave to
+// between a sixteenth and a half (run 4 of h200-session26-runs.txt, tile_kernel = off -> on, twice, us per
+// call): 4608 x 12288 13.8 -> 13.7 (288 tiles), 4864 x 14336 15.9 -> 15.6 (304), 5120 x 5120 7.8 -> 6.8 (320), 5120
+// x 8192 10.2 -> 9.5, 5120 x 13824 16.2 -> 15.4, 5120 x 17408 19.8 -> 19.55, 5120 x 20480 22.8 -> 21.9, 5120 x
+// 27648 29.7 -> 29.6, 6144 x 6144 10.1 -> 9.0 (384), 6144 x 12288 15.3 -> 14.8, 6144 x 16384 21.05 -> 18.6;
+// slower just past one wave (4352 x 14336, 272 tiles: 14.8 -> 15.5) and on 7168 x 7168 (448: 11.45 -> 12.1),
+// 8192 x 8192 (512: 13.8 -> 14.4), 12288 x 12288 (768: 26.2 -> 26.8). Against main (run 5): 1.01-1.15x on the
+// shapes above and on 5888 x 8192 (11.2 -> 10.1) and 5376 x 14336, 0.99x on 5120 x 27648 (29.6 -> 30.0).
 // IQ4_XS everywhere on aligned rows (faster on all seven shapes, 1.09-1.64x); on rows that are not
 // (chunks of one block, MmaOneBlock) at one column where there is at most one tile per SM (run 1 of
 // h200-session20-runs.txt, the row kernel -> the tile kernel: 1536 x 8960 11.8 -> 8.9 us, 4096 x 11008 15.4 ->
@@ -1013,7 +1020,11 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
         case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
-        case KPR_TYPE_IQ4_NL: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
+        case KPR_TYPE_IQ4_NL: {
+            const uint32_t tiles = (a.rows + 15) / 16; // 8 warps per tile, two tiles per SM: a wave is 2 * sms
+            return a.x.cols <= 4096 || (tiles > 2 * a.sms + a.sms / 8 && tiles <= 3 * a.sms) ||
+                   mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
+        }
         case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
         default: // Q4_K, Q5_K
             return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);

@@ -328,6 +328,14 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 5120, 13824, 1, "auto"));  // rows of 12288+ columns: 16 warps per tile
     EXPECT_TRUE(wide(KPR_TYPE_Q4_0, 2048, 14336, 1, "auto"));
     EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 28672, 8192, 1, "auto")); // several waves, shorter rows: the row kernel
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 6144, 6144, 1, "auto"));   // 2..4 x SMs tiles, rows of 4097..8192: 8 warps
+    EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 6144, 6144, 1, "auto"));
+    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 6144, 6144, "auto"));
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 8192, 8192, 1, "auto"));
+    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 8192, 8192, "auto"));      // (8 warps rather than two tiles)
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 10240, 10240, 1, "auto")); // 640 tiles: the row kernel
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 5120, 10240, 1, "auto"));  // rows past 8192 columns: the row kernel
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 8192, "auto"));       // one wave of tiles: two tiles per block as before
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));  // Q4_0 on rows up to 4096 columns: 8 warps
     EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 14336, 4096, 1, "auto"));
     EXPECT_FALSE(wide(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // Q8_0, Q4_K, Q5_K: 16 warps at most one tile per SM

@@ -928,6 +928,20 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     }
 }
 
+// Whether a one-column Q4_0 call takes the 8-warp tile kernel over several waves (auto): rows of 4097..8192
+// columns, more than 2 x SMs and at most 4 x SMs tiles (before this, the row kernel or two tiles per block).
+// Measured on the H200 (runs 4, 6 and 7 of h200-session26-runs.txt): with the 8-warp kernel up to 12287 columns
+// (run 6) 5120 x 10240 was slower than the row kernel (11.8 -> 13.2 us), so not past 8192 columns. Main -> this
+// (run 7, three passes alternating, us per call): where main took the row kernel 5120 x 5120 7.3 -> 6.0, 5632 x
+// 5632 9.8 -> 6.4, 5120 x 8192 10.7 -> 8.7, 6144 x 6144 10.7 -> 7.2, 6144 x 8192 11.8 -> 9.6; where it took two
+// tiles 7168 x 7168 12.0 -> 9.6, 7168 x 8192 12.8 -> 10.3, 8192 x 8192 13.4 -> 11.8, 8448 x 8192 (4 x SMs tiles)
+// 13.9 -> 12.7. Unchanged: 5120 x 10240, 4096 x 8192, 4096 x 14336, 10240 x 10240 (640 tiles), 28672 x 8192 and
+// 8192 x 28672 (0.995-1.00x).
+inline bool q4_0_eight_warps(const GemvArgs &a) {
+    const uint32_t tiles = (a.rows + 15) / 16;
+    return a.x.cols > 4096 && a.x.cols <= 8192 && tiles > 2 * a.sms && tiles <= 4 * a.sms;
+}
+
 // Whether a one-column call of the tile kernel takes two tiles (32 rows) per block: 16 warps, one block per SM
 // (its ring of 16 warps x 2 stages x 5.6 KiB for Q4_0), each chunk's activations quantized once for 32 rows
 // instead of 16 (the quantization is about a third of a 16-row chunk's instructions). Auto: Q4_0 where the
@@ -936,8 +950,8 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // call): faster on 4096 x 14336 10.8 -> 10.0 (0.68 -> 0.73 of the read bandwidth), 4096 x 11008 9.9 -> 8.5,
 // 4096 x 4096 4.95 -> 4.2, 3584 x 18944 12.9 -> 11.9 and 8192 x 28672 43.6 -> 37.8 (128, 112 and 256 blocks);
 // slower where the blocks leave SMs idle or run several waves of short rows: 2048 x 14336 6.5 -> 7.9 (64
-// blocks), 5120 x 13824 13.85 -> 16.3 (160), 14336 x 4096 12.6 -> 15.4 (448). Q8_0's ring of 32 rows does
-// not fit.
+// blocks), 5120 x 13824 13.85 -> 16.3 (160), 14336 x 4096 12.6 -> 15.4 (448); not where q4_0_eight_warps takes
+// the call (since the twenty-sixth session). Q8_0's ring of 32 rows does not fit.
 // IQ4_NL (since its chained lookups: no spills) where the blocks fill as for Q4_0 and the rows have 3072..4096
 // or 16384+ columns. Against the row kernel it is slower at 11008-14336 columns (run 2 of
 // h200-session26-runs.txt, --ab tile_kernel=auto,wide32, twice: 4096 x 14336 11.75 -> 12.55, 4096 x 11008
@@ -959,7 +973,7 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     if (a.mma_mode != kMmaAuto) return false;
     const uint32_t blocks = (a.rows + 31) / 32, waves = (blocks + a.sms - 1) / a.sms;
     switch (type) {
-    case KPR_TYPE_Q4_0: return waves <= 2 && 4 * blocks >= 3 * waves * a.sms;
+    case KPR_TYPE_Q4_0: return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && !q4_0_eight_warps(a);
     case KPR_TYPE_Q4_K: return waves == 1 && 4 * blocks >= 3 * a.sms;
     case KPR_TYPE_IQ4_NL:
         return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && ((a.x.cols >= 3072 && a.x.cols <= 4096) || a.x.cols >= 16384);
@@ -992,7 +1006,8 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
 // one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
 // 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out);
-// since its chained lookups as Q4_0, on rows up to 4096 columns in any number of waves (run 3 of
+// Q4_0 also where q4_0_eight_warps says so.
+// IQ4_NL: since its chained lookups as Q4_0, on rows up to 4096 columns in any number of waves (run 3 of
 // h200-session26-runs.txt, main -> this, us per call: 14336 x 4096 14.0 -> 13.9, 18944 x 3584 16.2 -> 15.1,
 // 10240 x 2560 8.4 -> 7.7, 5632 x 2048 5.5 -> 3.9, 8192 x 2048 6.5 -> 5.9; 3072 x 3072 4.0 -> 4.1, the same
 // kernel) and where mma_wide or mma_two_tiles take it; and where its 8-warp tiles fill a second wave to
@@ -1019,7 +1034,8 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         const bool one_wave = (a.rows + 15) / 16 <= 2 * a.sms;
         switch (M::Block::TYPE) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
-        case KPR_TYPE_Q4_0: return a.x.cols <= 4096 || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
+        case KPR_TYPE_Q4_0:
+            return a.x.cols <= 4096 || q4_0_eight_warps(a) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_NL: {
             const uint32_t tiles = (a.rows + 15) / 16; // 8 warps per tile, two tiles per SM: a wave is 2 * sms
             return a.x.cols <= 4096 || (tiles > 2 * a.sms + a.sms / 8 && tiles <= 3 * a.sms) ||

@@ -179,21 +179,28 @@ constexpr uint32_t kIq4Lo0 = 0xBFAD9881u;    // -127 -104 -83 -65 (kvalues[0..3]
 constexpr uint32_t kIq4Lo1 = 0xF6EADDCFu;    // -49 -35 -22 -10
 constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
 constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+// A lane's four lookups through the table pair (t0, t1): row g (w0) and row g + 8 (w8), the low then the high half
+// of each word's nibbles (prmt's selector reads the low 16 bits)
+__device__ __forceinline__ void iq4_lookups(uint32_t t0, uint32_t t1, uint32_t w0, uint32_t w8, uint32_t (&out)[4]) {
+    out[0] = prmt(t0, t1, w0);
+    out[1] = prmt(t0, t1, w8);
+    out[2] = prmt(t0, t1, w0 >> 16);
+    out[3] = prmt(t0, t1, w8 >> 16);
+}
+
 template <bool CHAIN>
 __device__ __forceinline__ void iq4_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4]) {
     const uint32_t x0 = w0 ^ 0x88888888u, x8 = w8 ^ 0x88888888u;
     if constexpr (CHAIN) {
-        const uint32_t lo[4] = {prmt(kIq4Lo0, kIq4Lo1, w0), prmt(kIq4Lo0, kIq4Lo1, w8), prmt(kIq4Lo0, kIq4Lo1, w0 >> 16),
-                                prmt(kIq4Lo0, kIq4Lo1, w8 >> 16)};
-        const uint32_t hi[4] = {prmt(kIq4HiP1_0, kIq4HiP1_1, x0), prmt(kIq4HiP1_0, kIq4HiP1_1, x8),
-                                prmt(kIq4HiP1_0, kIq4HiP1_1, x0 >> 16), prmt(kIq4HiP1_0, kIq4HiP1_1, x8 >> 16)};
+        uint32_t lo[4], hi[4];
+        iq4_lookups(kIq4Lo0, kIq4Lo1, w0, w8, lo);
+        iq4_lookups(kIq4HiP1_0, kIq4HiP1_1, x0, x8, hi);
         mma_s8_16x8x32(lo, b, sum);
         mma_s8_16x8x32_acc(hi, b, sum);
     } else { // v: the values of indices 8..15, u: the negated values of 0..7, both unsigned (kpr_cuda_blocks.cuh)
-        const uint32_t v[4] = {prmt(kIq4Hi0, kIq4Hi1, x0), prmt(kIq4Hi0, kIq4Hi1, x8), prmt(kIq4Hi0, kIq4Hi1, x0 >> 16),
-                               prmt(kIq4Hi0, kIq4Hi1, x8 >> 16)};
-        const uint32_t u[4] = {prmt(kIq4NegLo0, kIq4NegLo1, w0), prmt(kIq4NegLo0, kIq4NegLo1, w8),
-                               prmt(kIq4NegLo0, kIq4NegLo1, w0 >> 16), prmt(kIq4NegLo0, kIq4NegLo1, w8 >> 16)};
+        uint32_t v[4], u[4];
+        iq4_lookups(kIq4Hi0, kIq4Hi1, x0, x8, v);
+        iq4_lookups(kIq4NegLo0, kIq4NegLo1, w0, w8, u);
         int sv[4], su[4];
         mma_u8s8_16x8x32(v, b, sv);
         mma_u8s8_16x8x32(u, b, su);
@@ -942,6 +949,20 @@ inline bool q4_0_eight_warps(const GemvArgs &a) {
     return a.x.cols > 4096 && a.x.cols <= 8192 && tiles > 2 * a.sms && tiles <= 4 * a.sms;
 }
 
+// Whether a one-column IQ4_NL call takes the 8-warp tile kernel (auto; two blocks per SM, so a wave is 2 x SMs
+// tiles) where its tiles fill a second wave to between a sixteenth and a half: more than 2 x SMs + SMs / 8 and
+// at most 3 x SMs tiles. Measured on the H200 (run 4 of h200-session26-runs.txt, tile_kernel = off -> on, twice,
+// us per call): 4608 x 12288 13.8 -> 13.7 (288 tiles), 4864 x 14336 15.9 -> 15.6 (304), 5120 x 5120 7.8 -> 6.8
+// (320), 5120 x 8192 10.2 -> 9.5, 5120 x 13824 16.2 -> 15.4, 5120 x 17408 19.8 -> 19.55, 5120 x 20480 22.8 ->
+// 21.9, 5120 x 27648 29.7 -> 29.6, 6144 x 6144 10.1 -> 9.0 (384), 6144 x 12288 15.3 -> 14.8, 6144 x 16384 21.05
+// -> 18.6; slower just past one wave (4352 x 14336, 272 tiles: 14.8 -> 15.5) and on 7168 x 7168 (448: 11.45 ->
+// 12.1), 8192 x 8192 (512: 13.8 -> 14.4), 12288 x 12288 (768: 26.2 -> 26.8). Against main (run 5): 1.01-1.15x on
+// the shapes above and on 5888 x 8192 (11.2 -> 10.1) and 5376 x 14336, 0.99x on 5120 x 27648 (29.6 -> 30.0).
+inline bool iq4_nl_eight_warps(const GemvArgs &a) {
+    const uint32_t tiles = (a.rows + 15) / 16;
+    return tiles > 2 * a.sms + a.sms / 8 && tiles <= 3 * a.sms;
+}
+
 // Whether a one-column call of the tile kernel takes two tiles (32 rows) per block: 16 warps, one block per SM
 // (its ring of 16 warps x 2 stages x 5.6 KiB for Q4_0), each chunk's activations quantized once for 32 rows
 // instead of 16 (the quantization is about a third of a 16-row chunk's instructions). Auto: Q4_0 where the
@@ -1010,14 +1031,7 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // IQ4_NL: since its chained lookups as Q4_0, on rows up to 4096 columns in any number of waves (run 3 of
 // h200-session26-runs.txt, main -> this, us per call: 14336 x 4096 14.0 -> 13.9, 18944 x 3584 16.2 -> 15.1,
 // 10240 x 2560 8.4 -> 7.7, 5632 x 2048 5.5 -> 3.9, 8192 x 2048 6.5 -> 5.9; 3072 x 3072 4.0 -> 4.1, the same
-// kernel) and where mma_wide or mma_two_tiles take it; and where its 8-warp tiles fill a second wave to
-// between a sixteenth and a half (run 4 of h200-session26-runs.txt, tile_kernel = off -> on, twice, us per
-// call): 4608 x 12288 13.8 -> 13.7 (288 tiles), 4864 x 14336 15.9 -> 15.6 (304), 5120 x 5120 7.8 -> 6.8 (320), 5120
-// x 8192 10.2 -> 9.5, 5120 x 13824 16.2 -> 15.4, 5120 x 17408 19.8 -> 19.55, 5120 x 20480 22.8 -> 21.9, 5120 x
-// 27648 29.7 -> 29.6, 6144 x 6144 10.1 -> 9.0 (384), 6144 x 12288 15.3 -> 14.8, 6144 x 16384 21.05 -> 18.6;
-// slower just past one wave (4352 x 14336, 272 tiles: 14.8 -> 15.5) and on 7168 x 7168 (448: 11.45 -> 12.1),
-// 8192 x 8192 (512: 13.8 -> 14.4), 12288 x 12288 (768: 26.2 -> 26.8). Against main (run 5): 1.01-1.15x on the
-// shapes above and on 5888 x 8192 (11.2 -> 10.1) and 5376 x 14336, 0.99x on 5120 x 27648 (29.6 -> 30.0).
+// kernel) and where iq4_nl_eight_warps, mma_wide or mma_two_tiles take it.
 // IQ4_XS everywhere on aligned rows (faster on all seven shapes, 1.09-1.64x); on rows that are not
 // (chunks of one block, MmaOneBlock) at one column where there is at most one tile per SM (run 1 of
 // h200-session20-runs.txt, the row kernel -> the tile kernel: 1536 x 8960 11.8 -> 8.9 us, 4096 x 11008 15.4 ->
@@ -1036,11 +1050,8 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
         case KPR_TYPE_Q8_0: return one_wave || a.x.cols >= 12288;
         case KPR_TYPE_Q4_0:
             return a.x.cols <= 4096 || q4_0_eight_warps(a) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
-        case KPR_TYPE_IQ4_NL: {
-            const uint32_t tiles = (a.rows + 15) / 16; // 8 warps per tile, two tiles per SM: a wave is 2 * sms
-            return a.x.cols <= 4096 || (tiles > 2 * a.sms + a.sms / 8 && tiles <= 3 * a.sms) ||
-                   mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
-        }
+        case KPR_TYPE_IQ4_NL:
+            return a.x.cols <= 4096 || iq4_nl_eight_warps(a) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
         default: // Q4_K, Q5_K
             return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);

@@ -336,6 +336,7 @@ constexpr Shape kExtra[] = {
     {"moe 128e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 2, 128, 8, 1},
     {"28672x8192", KPR_OP_GEMV, 28672, 8192, 8, 1, 1, 1}, // the tile kernel over several waves
     {"2048x2048", KPR_OP_GEMV, 2048, 2048, 2, 1, 1, 1},   // Q8_0: the tile kernel at two columns
+    {"6144x6144", KPR_OP_GEMV, 6144, 6144, 1, 1, 1, 1},   // Q4_0, Q4_K: 8 warps per tile over several waves
 };
 constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
 constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K, KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};

@@ -321,6 +321,28 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 8192, 28672, "auto"));     // two waves (the lanes kernel)
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 2048, 14336, "auto"));     // 64 blocks: SMs idle
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 5120, 13824, 1, "auto")); // 160 blocks (the lanes kernel)
+    // Q4_K and Q5_K over 2..4 (Q5_K: 2..3) x SMs tiles: 8 warps per tile (k_quant_eight_warps), and for Q4_K the
+    // lanes kernel declines there at one column
+    auto lanes = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc) {
+        kpr_offer o = ask(*p, gemv(type, rows, cols, nc), kH200, nullptr, 0u);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        return std::strstr(o.reason, "a thread per 32-weight position") != nullptr;
+    };
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 6144, 6144, 1, "auto"));   // 384 tiles
+    EXPECT_FALSE(wide(KPR_TYPE_Q4_K, 6144, 6144, 1, "auto"));
+    EXPECT_FALSE(two(KPR_TYPE_Q4_K, 6144, 6144, "auto"));
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 6144, 6144, 1));
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 6144, 6144, 2));          // (two columns: the lanes kernel as before)
+    EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 8448, 8448, 1, "auto"));   // 528 tiles: at most 4 x SMs
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 8704, 6144, 1, "auto"));  // 544: the lanes kernel
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 12288, 12288, 1, "auto")); // 768: the lanes kernel
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 12288, 12288, 1));
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 6144, 12288, 1, "auto")); // more columns than rows
+    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 8192, 4096, 1, "auto"));  // rows of fewer than 5120 columns
+    EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 6144, 12288, 1, "auto"));  // Q5_K: 2..3 x SMs tiles, any row length
+    EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 4608, 4608, 1, "auto"));   // 288
+    EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 7168, 5120, 1, "auto"));  // 448: the row kernel
+    EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 4096, 14336, 1, "auto")); // 256: one wave, the row kernel as before
     EXPECT_FALSE(two(KPR_TYPE_Q5_K, 4096, 14336, "auto"));     // Q5_K only when asked
     EXPECT_FALSE(two(KPR_TYPE_IQ4_XS, 4096, 14336, "wide32")); // IQ4_XS: no early refills
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 4096, 14336, "wide"));

@@ -949,6 +949,36 @@ inline bool q4_0_eight_warps(const GemvArgs &a) {
     return a.x.cols > 4096 && a.x.cols <= 8192 && tiles > 2 * a.sms && tiles <= 4 * a.sms;
 }
 
+// Whether a one-column Q4_K or Q5_K call takes the 8-warp tile kernel over several waves (auto; for Q4_K the lanes
+// kernel, which block_lanes = auto takes on more than 32 rows per SM, then declines: lanes_auto). Q4_K: more than
+// 2 x SMs and at most 4 x SMs 16-row tiles, rows of 5120+ columns and no more columns than rows; Q5_K: more than
+// 2 x SMs and at most 3 x SMs tiles. Fitted to run 2 of h200-session27-runs.txt (`--ab tile_kernel=auto,on`,
+// twice, us per call; auto there: Q4_K the lanes kernel, Q5_K the row kernel), narrowed for Q4_K after run 3.
+// Q4_K with 8 warps, run 2: faster on 6144 x 5120 7.95 -> 6.8, 7168 x 5120 8.85 -> 7.8, 6144 x 6144 8.75 -> 7.75,
+// 8192 x 5120 9.75 -> 9.1, 7168 x 7168 10.85 -> 10.3, 8192 x 8192 12.8 -> 12.3, 5120 x 5120 6.9 -> 6.7, and
+// outside the rule 9216 x 9216 17.45 -> 16.15, 10240 x 10240 20.4 -> 19.2, 6144 x 4096 6.6 -> 6.2 (4096 columns);
+// equal on 8192 x 6144 and 8192 x 3072; slower on 8192 x 4096 8.4 -> 8.75, 5120 x 8192 9.5-9.9 -> 9.9-10.1, 6144
+// x 12288 14.25 -> 16.85, 4608 x 4608 6.1-6.3 -> 6.2-6.3, 10240 x 8192 15.1 -> 15.9, and past 5 x SMs tiles
+// 0.85-0.99x (12288 x 12288 26.1 -> 25.9-26.9, 14336 x 4096 11.8 -> 13.05, 16384 x 16384 40.75 -> 47.7). Run 3
+// (main -> a first rule of up to 5 x SMs tiles, twice, nine shapes not in run 2): 7680 x 7680 12.4 -> 11.55,
+// 5632 x 5120 7.7 -> 6.7, 6656 x 6656 10.6 -> 9.4, 8448 x 8448 15.9 -> 13.1, 7168 x 6144 9.5 -> 9.0, 5376 x 5376
+// 7.7 -> 7.0, but past 4 x SMs tiles 8704 x 6144 11.2 -> 12.85 and 10240 x 6144 12.5 -> 13.25 (9728 x 7168
+// 13.8 -> 13.7), hence 4 x SMs. Q5_K faster within its window, run 2: 4608 x 4608 7.2-7.5 -> 6.4, 5120 x 5120
+// 7.8 -> 7.1, 6144 x 4096 8.15 -> 7.85, 6144 x 5120 9.8 -> 8.55, 6144 x 6144 11.05 -> 9.65, 6144 x 12288 19.6 ->
+// 15.55, 5120 x 8192 equal; run 3 (shapes not in run 2): 4352 x 4352 7.0 -> 6.0, 4864 x 4864 7.45 -> 6.7, 5632 x
+// 5632 9.9 -> 8.15, 5888 x 5888 10.3 -> 8.85, 5120 x 6144 8.3 -> 7.8, 6144 x 8192 13.4 -> 11.5, 5376 x 14336 19.45
+// -> 17.8; outside it mixed (run 2: 12288 x 8192 1.04x, 8192 x 3072 1.09x, 7168 x 5120 0.96x, 8192 x 4096 0.94x,
+// 16384 x 16384 0.93x).
+inline bool k_quant_eight_warps(uint32_t type, uint64_t rows, uint64_t cols, uint32_t sms) {
+    const uint64_t tiles = (rows + 15) / 16;
+    if (tiles <= 2ull * sms) return false;
+    switch (type) {
+    case KPR_TYPE_Q4_K: return tiles <= 4ull * sms && cols >= 5120 && cols <= rows;
+    case KPR_TYPE_Q5_K: return tiles <= 3ull * sms;
+    default: return false;
+    }
+}
+
 // Whether a one-column IQ4_NL call takes the 8-warp tile kernel (auto; two blocks per SM, so a wave is 2 x SMs
 // tiles) where its tiles fill a second wave to between a sixteenth and a half: more than 2 x SMs + SMs / 8 and
 // at most 3 x SMs tiles. Measured on the H200 (run 4 of h200-session26-runs.txt, tile_kernel = off -> on, twice,
@@ -1027,7 +1057,7 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // 36.5 -> 38.45; mixed on longer rows: 5120 x 13824 14.65 -> 13.7, 8192 x 28672 46.7 -> 46.4). IQ4_NL in
 // one wave on rows up to 4096 columns (4096 x 4096 5.9 -> 5.5, 2048 x 2048 3.5 -> 2.4; 14336 x 4096 14.6 ->
 // 15.05, 4096 x 14336 12.0 -> 13.95, 28672 x 8192 37.35 -> 46.4; 8192 x 28672 49.65 -> 43.5 left out);
-// Q4_0 also where q4_0_eight_warps says so.
+// Q4_0 also where q4_0_eight_warps says so, Q4_K and Q5_K where k_quant_eight_warps does.
 // IQ4_NL: since its chained lookups as Q4_0, on rows up to 4096 columns in any number of waves (run 3 of
 // h200-session26-runs.txt, main -> this, us per call: 14336 x 4096 14.0 -> 13.9, 18944 x 3584 16.2 -> 15.1,
 // 10240 x 2560 8.4 -> 7.7, 5632 x 2048 5.5 -> 3.9, 8192 x 2048 6.5 -> 5.9; 3072 x 3072 4.0 -> 4.1, the same
@@ -1037,8 +1067,9 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 // h200-session20-runs.txt, the row kernel -> the tile kernel: 1536 x 8960 11.8 -> 8.9 us, 4096 x 11008 15.4 ->
 // 17.7), at 2..8 columns everywhere (against the row and 4-row kernels, tile_kernel = off: 4096 x 11008
 // 1.03x at 2 columns, 1.19 at 3, 2.04 at 8; 1536 x 8960 1.43-1.80x). Q4_0, Q8_0, Q4_K and Q5_K also where mma_wide takes
-// them (16 warps per tile). Q4_K and Q5_K only on small matrices (2048 x
-// 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape).
+// them (16 warps per tile). Q4_K and Q5_K on small matrices (2048 x 2048: 3.3 -> 2.4, 3.45 -> 2.6; 4096 x
+// 4096 5.3 -> 5.8, 5.55 -> 6.5, slower on every larger shape measured then), and over several waves where
+// k_quant_eight_warps says so (twenty-seventh session).
 template <class M>
 inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
     if (!a.sm90 || a.ids != nullptr || a.xq_n == 0 || a.sms == 0 || ncols < 1 || a.mma_mode == kMmaOff) return false;
@@ -1054,7 +1085,8 @@ inline bool mma_serves(const GemvArgs &a, uint32_t ncols) {
             return a.x.cols <= 4096 || iq4_nl_eight_warps(a) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         case KPR_TYPE_IQ4_XS: return a.aligned || (a.rows + 15) / 16 <= a.sms; // (unaligned: mma_takes_unaligned_rows)
         default: // Q4_K, Q5_K
-            return (one_wave && a.x.cols <= 2048) || mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
+            return (one_wave && a.x.cols <= 2048) || k_quant_eight_warps(M::Block::TYPE, a.rows, a.x.cols, a.sms) ||
+                   mma_wide(M::Block::TYPE, a, 1) || mma_two_tiles(M::Block::TYPE, a, 1);
         }
     }
     if constexpr (M::Block::TYPE != KPR_TYPE_Q8_0) return true; // 2..8 columns

@@ -1,7 +1,6 @@
 // generic_cuda's one-column calls in which each thread owns one 32-weight block position of every row
 // (kpr_cuda_planar.cuh), on compute capability 9.0: Q4_0 and IQ4_NL on a planar copy of the weights
 // (option planar_weights), Q4_K on its own GGUF rows (option block_lanes).
-#include "kpr_cuda_mma.cuh"
 #include "kpr_cuda_planar.cuh"
 #include "planar.hpp"
 
@@ -85,9 +84,7 @@ bool lanes_auto(const kpr_op_desc *op, uint32_t sms, uint32_t ncols) {
     // 28672 x 8192 1.16x), slower on those with fewer, where the row kernel keeps the whole activation
     // vector per block (4096 x 14336 0.97x, 4096 x 4096 0.94x, 1024 x 4096 0.89x). Two columns, the same
     // line: above it 1.00-1.11x (14336 x 4096 1.09x, 28672 x 8192 1.11x), below it 4096 x 14336 0.85x.
-    // One column: not where the 8-warp tile kernel measured faster (kpr_cuda_mma.cuh k_quant_eight_warps).
-    return ncols <= 2 && op->rows > 32ull * sms &&
-           !(ncols == 1 && cuda::k_quant_eight_warps(op->weight_type, op->rows, op->cols, sms));
+    return ncols <= 2 && op->rows > 32ull * sms;
 }
 
 } // namespace kpr::generic_cuda

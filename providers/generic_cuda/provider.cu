@@ -93,8 +93,11 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     const char *v = cuda::option_value(opts, "block_lanes");
     if (v != nullptr && std::strcmp(v, "on") == 0) return true;
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
-    // tile_kernel = on / wide keep the tile kernel
+    // tile_kernel = on / wide keep the tile kernel, and so does auto at one column where the 8-warp tile kernel
+    // measured faster than the lanes kernel (k_quant_eight_warps; tile_kernel = off leaves those to the lanes kernel)
     const uint32_t tile = mma_mode(opts);
+    if (tile == cuda::kMmaAuto && ncols == 1 && cuda::k_quant_eight_warps(op->weight_type, op->rows, op->cols, sms))
+        return false;
     return tile != cuda::kMmaOn && !cuda::mma_mode_wide(tile) && lanes_auto(op, sms, ncols);
 }
 

@@ -333,6 +333,12 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 6144, 6144, "auto"));
     EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 6144, 6144, 1));
     EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 6144, 6144, 2));          // (two columns: the lanes kernel as before)
+    {   // tile_kernel = off: the lanes kernel as before
+        kpr_option_value off{"tile_kernel", "off"};
+        kpr_offer o = ask(*p, gemv(KPR_TYPE_Q4_K, 6144, 6144, 1), kH200, &off, 1u);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        EXPECT_NE(std::strstr(o.reason, "a thread per 32-weight position"), nullptr) << o.reason;
+    }
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 8448, 8448, 1, "auto"));   // 528 tiles: at most 4 x SMs
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 8704, 6144, 1, "auto"));  // 544: the lanes kernel
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 12288, 12288, 1, "auto")); // 768: the lanes kernel

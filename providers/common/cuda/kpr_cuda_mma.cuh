@@ -950,7 +950,7 @@ inline bool q4_0_eight_warps(const GemvArgs &a) {
 }
 
 // Whether a one-column Q4_K or Q5_K call takes the 8-warp tile kernel over several waves (auto; for Q4_K the lanes
-// kernel, which block_lanes = auto takes on more than 32 rows per SM, then declines: lanes_auto). Q4_K: more than
+// kernel, which block_lanes = auto takes on more than 32 rows per SM, then declines: block_lanes_wanted). Q4_K: more than
 // 2 x SMs and at most 4 x SMs 16-row tiles, rows of 5120+ columns and no more columns than rows; Q5_K: more than
 // 2 x SMs and at most 3 x SMs tiles. Fitted to run 2 of h200-session27-runs.txt (`--ab tile_kernel=auto,on`,
 // twice, us per call; auto there: Q4_K the lanes kernel, Q5_K the row kernel), narrowed for Q4_K after run 3.

@@ -94,9 +94,12 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     if (v != nullptr && std::strcmp(v, "on") == 0) return true;
     if (v != nullptr && std::strcmp(v, "off") == 0) return false;
     // tile_kernel = on / wide keep the tile kernel, and so does auto at one column where the 8-warp tile kernel
-    // measured faster than the lanes kernel (k_quant_eight_warps; tile_kernel = off leaves those to the lanes kernel)
+    // or two tiles per block of 8 warps measured faster than the lanes kernel (k_quant_eight_warps,
+    // mma_two_tiles_eight_warps; tile_kernel = off leaves those to the lanes kernel)
     const uint32_t tile = mma_mode(opts);
-    if (tile == cuda::kMmaAuto && ncols == 1 && cuda::k_quant_eight_warps(op->weight_type, op->rows, op->cols, sms))
+    if (tile == cuda::kMmaAuto && ncols == 1 &&
+        (cuda::k_quant_eight_warps(op->weight_type, op->rows, op->cols, sms) ||
+         cuda::mma_two_tiles_eight_warps(op->weight_type, op->rows, op->cols, sms)))
         return false;
     return tile != cuda::kMmaOn && !cuda::mma_mode_wide(tile) && lanes_auto(op, sms, ncols);
 }
@@ -200,7 +203,9 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     // the 4-row kernel (launch_gemv_nc): on rows that are not aligned for the types with its UA instance
     const bool quad = sm80 && op->ncols >= 3 && td->qk == 256 &&
                       (ta.aligned || (td->bytes % 16 != 0 && op->ncols >= cuda::quad_unaligned_min_cols(op->weight_type)));
-    const char *layout = two ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, two tiles per block)"
+    const bool two8 = two && cuda::mma_two_tiles_eight_warps(op->weight_type, ta);
+    const char *layout = two8 ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, two tiles per block of 8 warps)"
+                         : two ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, two tiles per block)"
                          : tile && wide ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma, 16 warps per tile)"
                          : tile ? "the int8 tensor-core tile kernel (16 rows x 8 columns per mma)"
                          : quad ? "four rows per warp"
@@ -340,6 +345,8 @@ constexpr Shape kExtra[] = {
     {"28672x8192", KPR_OP_GEMV, 28672, 8192, 8, 1, 1, 1}, // the tile kernel over several waves
     {"2048x2048", KPR_OP_GEMV, 2048, 2048, 2, 1, 1, 1},   // Q8_0: the tile kernel at two columns
     {"6144x6144", KPR_OP_GEMV, 6144, 6144, 1, 1, 1, 1},   // Q4_0, Q4_K: 8 warps per tile over several waves
+    {"4093x4096", KPR_OP_GEMV, 4093, 4096, 1, 1, 1, 1},   // Q4_0, Q4_K, IQ4_NL: two tiles per block of 8 warps,
+                                                          // the last block partial
 };
 constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
 constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K, KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};

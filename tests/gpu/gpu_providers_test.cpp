@@ -293,6 +293,29 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));    // Q4_K: two tiles per block in one wave
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));  // Q4_0 in one wave: 16 warps per tile
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 14336, "auto"));      // 128 blocks of 32 rows: two tiles per block
+    // two tiles per block of 8 warps, two blocks per SM (mma_two_tiles_eight_warps)
+    auto two8 = [&](uint32_t type, uint64_t rows, uint64_t cols, const char *mode) {
+        kpr_option_value ov{"tile_kernel", mode};
+        kpr_offer o = ask(*p, gemv(type, rows, cols, 1), kH200, &ov, 1u);
+        EXPECT_TRUE(o.accepted) << o.reason;
+        return std::strstr(o.reason, "two tiles per block of 8 warps") != nullptr;
+    };
+    EXPECT_FALSE(two8(KPR_TYPE_Q4_0, 4096, 14336, "auto"));    // long rows, one block per SM: 16 warps
+    EXPECT_TRUE(two8(KPR_TYPE_Q4_0, 4096, 4096, "auto"));      // rows of up to 16 chunks
+    EXPECT_TRUE(two8(KPR_TYPE_Q4_K, 3072, 3072, "auto"));      // 96 blocks: more than half of the SMs
+    EXPECT_FALSE(two8(KPR_TYPE_Q4_K, 2048, 4096, "auto"));     // 64 blocks
+    EXPECT_TRUE(two8(KPR_TYPE_IQ4_NL, 4096, 6144, "auto"));    // IQ4_NL: up to 24 chunks
+    EXPECT_FALSE(two8(KPR_TYPE_Q4_0, 4096, 6144, "auto"));
+    EXPECT_TRUE(two8(KPR_TYPE_Q4_0, 8192, 8192, "auto"));      // 256 blocks, 32 chunks
+    EXPECT_FALSE(two8(KPR_TYPE_Q4_K, 8192, 28672, "auto"));    // longer rows
+    EXPECT_FALSE(two8(KPR_TYPE_IQ4_NL, 14336, 4096, "auto"));  // 448 blocks: several waves
+    EXPECT_FALSE(two8(KPR_TYPE_Q4_0, 4096, 4096, "wide32"));   // wide32: 16 warps
+    EXPECT_FALSE(two8(KPR_TYPE_Q5_K, 4096, 4096, "auto"));
+    EXPECT_TRUE(two8(KPR_TYPE_Q4_K, 2560, 2560, "auto"));      // 80 blocks: Q4_K only
+    EXPECT_FALSE(two8(KPR_TYPE_Q4_0, 2560, 2560, "auto"));
+    EXPECT_FALSE(two8(KPR_TYPE_IQ4_NL, 2560, 2560, "auto"));
+    EXPECT_FALSE(two8(KPR_TYPE_IQ4_NL, 4608, 4608, "auto"));   // 18 chunks over more than one wave
+    EXPECT_TRUE(two8(KPR_TYPE_IQ4_NL, 5120, 4096, "auto"));
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 8192, 28672, "auto"));      // 256: two full waves
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 3584, 18944, "auto"));      // 112
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 2048, 14336, "auto"));     // 64 blocks: SMs idle
@@ -302,10 +325,11 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 3584, 18944, "auto"));    // 112 blocks, rows of 16384+ columns
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 8192, 28672, "auto"));    // 256: two full waves
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 4096, "auto"));     // 128, rows of 3072..4096 columns
-    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 8192, 2048, "auto"));    // rows of 8 chunks: 8 warps per tile
+    EXPECT_TRUE(two8(KPR_TYPE_IQ4_NL, 8192, 2048, "auto"));    // rows of 8 chunks: two tiles per block of 8 warps
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 8192, 2048, 1, "auto"));
     EXPECT_TRUE(wide(KPR_TYPE_IQ4_NL, 2048, 14336, 1, "auto")); // 128 tiles: 16 warps per tile
-    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 8192, 8192, 1, "auto")); // several waves, 8192 columns: the row kernel
+    EXPECT_TRUE(two8(KPR_TYPE_IQ4_NL, 8192, 8192, "auto"));    // 256 blocks, 32 chunks: two tiles per block of 8 warps
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 8192, 10240, 1, "auto")); // several waves, 10240 columns: the row kernel
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 5120, 13824, 1, "auto"));  // 320 tiles: a second wave partly filled
     EXPECT_FALSE(wide(KPR_TYPE_IQ4_NL, 5120, 13824, 1, "auto")); // (8 warps per tile)
     EXPECT_TRUE(tile(KPR_TYPE_IQ4_NL, 6144, 16384, 1, "auto"));  // 384
@@ -344,7 +368,11 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 12288, 12288, 1, "auto")); // 768: the lanes kernel
     EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 12288, 12288, 1));
     EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 6144, 12288, 1, "auto")); // more columns than rows
-    EXPECT_FALSE(tile(KPR_TYPE_Q4_K, 8192, 4096, 1, "auto"));  // rows of fewer than 5120 columns
+    EXPECT_TRUE(two(KPR_TYPE_Q4_K, 8192, 4096, "auto"));       // rows of fewer than 5120 columns: not 8 warps per
+                                                                 // tile, but two tiles per block of 8 warps
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 8192, 4096, 1));          // (which the lanes kernel leaves to them)
+    EXPECT_FALSE(lanes(KPR_TYPE_Q4_K, 5120, 4096, 1));
+    EXPECT_TRUE(lanes(KPR_TYPE_Q4_K, 5120, 4096, 2));
     EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 6144, 12288, 1, "auto"));  // Q5_K: 2..3 x SMs tiles, any row length
     EXPECT_TRUE(tile(KPR_TYPE_Q5_K, 4608, 4608, 1, "auto"));   // 288
     EXPECT_FALSE(tile(KPR_TYPE_Q5_K, 7168, 5120, 1, "auto"));  // 448: the row kernel
@@ -360,7 +388,7 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(wide(KPR_TYPE_Q4_0, 6144, 6144, 1, "auto"));
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 6144, 6144, "auto"));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 8192, 8192, 1, "auto"));
-    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 8192, 8192, "auto"));      // (8 warps rather than two tiles)
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 8192, 8192, "auto"));       // two tiles of 8 warps (before: 8 warps per tile)
     EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 10240, 10240, 1, "auto")); // 640 tiles: the row kernel
     EXPECT_FALSE(tile(KPR_TYPE_Q4_0, 5120, 10240, 1, "auto"));  // rows past 8192 columns: the row kernel
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 8192, "auto"));       // one wave of tiles: two tiles per block as before

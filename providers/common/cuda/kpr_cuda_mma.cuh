@@ -535,7 +535,7 @@ constexpr bool mma_two_tile_ring_fits() {
 // TR (FX with DEFER and EARLY only): TR tiles per block (1 or 2), so that each chunk's activations, quantized
 // once, serve 16 * TR rows (mma_two_tiles, mma_two_tile_ring_fits).
 template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1>
-__global__ void __launch_bounds__(32 * W, W >= 16 && FX && TR == 1 ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
+__global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2 && W <= kMmaWarps) ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX, TR>;
     static_assert(TR == 1 || (TR == 2 && FX && DEFER && EARLY), "two tiles per block: the one-column deferred-fold kernel");
@@ -993,8 +993,40 @@ inline bool iq4_nl_eight_warps(const GemvArgs &a) {
     return tiles > 2 * a.sms + a.sms / 8 && tiles <= 3 * a.sms;
 }
 
+// Whether a one-column call that takes two tiles per block (mma_two_tiles, auto) runs them with 8 warps and two
+// stages per warp (a 90 KiB ring for Q4_0: two blocks per SM) instead of 16 warps (one block per SM). Each warp
+// then streams twice as many chunks, and an SM holds two blocks: a second block of the same call, or the next
+// call's block, which requests its first chunks while this one finishes. Q4_0, Q4_K and IQ4_NL where there are
+// more than half as many 32-row blocks as SMs and at most two per SM: on rows of up to 16 chunks of 256 weights
+// (Q4_0 and IQ4_NL from 0.7 blocks per SM; IQ4_NL also up to 24 chunks in one wave), and on rows of up to 32
+// chunks with at least 1.75 blocks per SM. Fitted to run 3 of h200-session30-runs.txt and checked in run 4 on 33
+// shapes (19 not fitted), the previous auto -> this, us per call: Q4_0 4096 x 4096 4.2 -> 3.9, 8192 x 4096 8.1
+// -> 6.95, 8192 x 2048 5.8 -> 4.1, 7168 x 4096 7.5 -> 6.3, 8192 x 8192 11.9 -> 11.05; Q4_K 3072 x 3072 4.2 ->
+// 3.1, 5120 x 4096 6.6 -> 4.65, 2304 x 4096 4.4 -> 3.1, 8192 x 6144 10.6 -> 9.7; IQ4_NL 4096 x 4096 4.9 -> 4.0,
+// 4096 x 6144 7.5 -> 6.3, 7168 x 4096 8.95 -> 7.1, 8192 x 8192 13.8 -> 11.8. Left out where it measured slower:
+// one block per SM on rows past 16 chunks (Q4_0 4096 x 8192 6.9 -> 8.0, 4096 x 14336 10.0 -> 12.8), IQ4_NL past
+// 16 chunks over more than one wave (4608 x 4608 6.2 -> 7.6, 5120 x 5120 6.8 -> 7.55), Q4_0 and IQ4_NL on 80
+// blocks (2560 x 2560 2.5 -> 2.75, 3.25 -> 3.4) and 64 (IQ4_NL 2048 x 4096 3.4 -> 3.7), several waves (Q4_K 14336
+// x 4096 11.7 -> 12.8) and Q4_K's rows of 28672 columns (8192 x 28672 37.7 -> 38.7-39.4).
+inline bool mma_two_tiles_eight_warps(uint32_t type, uint64_t rows, uint64_t cols, uint32_t sms) {
+    const uint64_t blocks = (rows + 31) / 32, chunks = cols / 256;
+    if (sms == 0 || 2 * blocks <= sms || blocks > 2ull * sms) return false;
+    const bool dense = 4 * blocks >= 7ull * sms && chunks <= 32;
+    const bool most = 10 * blocks >= 7ull * sms; // at least 0.7 blocks per SM
+    switch (type) {
+    case KPR_TYPE_Q4_K: return chunks <= 16 || dense;
+    case KPR_TYPE_Q4_0: return (most && chunks <= 16) || dense;
+    case KPR_TYPE_IQ4_NL: return (most && (chunks <= 16 || (chunks <= 24 && blocks <= sms))) || dense;
+    default: return false;
+    }
+}
+inline bool mma_two_tiles_eight_warps(uint32_t type, const GemvArgs &a) {
+    return a.mma_mode == kMmaAuto && mma_two_tiles_eight_warps(type, a.rows, a.x.cols, a.sms);
+}
+
 // Whether a one-column call of the tile kernel takes two tiles (32 rows) per block: 16 warps, one block per SM
-// (its ring of 16 warps x 2 stages x 5.6 KiB for Q4_0), each chunk's activations quantized once for 32 rows
+// (its ring of 16 warps x 2 stages x 5.6 KiB for Q4_0; 8 warps and two blocks per SM where
+// mma_two_tiles_eight_warps says so, above), each chunk's activations quantized once for 32 rows
 // instead of 16 (the quantization is about a third of a 16-row chunk's instructions). Auto: Q4_0 where the
 // 32-row blocks fill at most two waves of the SMs to at least three quarters (the last wave included), fitted
 // to these measurements on the H200 (run 2 of h200-session21-runs.txt, --ab tile_kernel=auto,wide32, us per
@@ -1022,6 +1054,7 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     if (ncols != 1 || a.sms == 0) return false;
     if (a.mma_mode == kMmaWide32) return on_mma_type(type, [](auto m) { return mma_two_tile_ring_fits<decltype(m)>(); });
     if (a.mma_mode != kMmaAuto) return false;
+    if (mma_two_tiles_eight_warps(type, a)) return true;
     const uint32_t blocks = (a.rows + 31) / 32, waves = (blocks + a.sms - 1) / a.sms;
     switch (type) {
     case KPR_TYPE_Q4_0: return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && !q4_0_eight_warps(a);
@@ -1224,7 +1257,9 @@ cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStrea
     case 1:
         if constexpr (mma_two_tile_ring_fits<M>()) {
             if (mma_two_tiles(M::Block::TYPE, a, 1)) {
-                const cudaError_t e = launch_mma_fx<M, 2 * kMmaWarps, 2, true, true, 2>(a, pdl, s);
+                cudaError_t e = cudaErrorNotSupported;
+                if (mma_two_tiles_eight_warps(M::Block::TYPE, a)) e = launch_mma_fx<M, kMmaWarps, 2, true, true, 2>(a, pdl, s);
+                if (e == cudaErrorNotSupported) e = launch_mma_fx<M, 2 * kMmaWarps, 2, true, true, 2>(a, pdl, s);
                 if (e != cudaErrorNotSupported) return e;
             }
         }

@@ -319,6 +319,10 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 8192, 28672, "auto"));      // 256: two full waves
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 3584, 18944, "auto"));      // 112
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 2048, 14336, "auto"));     // 64 blocks: SMs idle
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 2048, 4096, "auto"));       // 64 blocks on rows of up to 8192 columns
+    EXPECT_TRUE(two(KPR_TYPE_Q4_0, 1792, 8192, "auto"));       // 56
+    EXPECT_FALSE(two(KPR_TYPE_Q4_0, 1536, 4096, "auto"));      // 48
+    EXPECT_FALSE(two(KPR_TYPE_Q4_K, 2048, 4096, "auto"));      // Q4_0 only
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 5120, 13824, "auto"));     // 160: a short second wave
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 14336, 4096, "auto"));     // several waves
     EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "auto"));   // (rows of 4097..16383 columns)

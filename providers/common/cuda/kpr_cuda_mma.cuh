@@ -1050,6 +1050,13 @@ inline bool mma_two_tiles_eight_warps(uint32_t type, const GemvArgs &a) {
 // waves: 37.5 -> 38.35), 2048 x 14336 7.65 -> 8.35, 5120 x 13824 13.9 -> 18.3, 14336 x 4096 11.7 -> 16.3. Q5_K
 // only when asked: 0.97-0.98x on 4096 x 14336 and 4096 x 11008, 1.04-1.10x on 4096 x 4096, 3584 x 18944,
 // 8192 x 28672, 0.66-0.82x on the other three.
+// Q4_0 also on 5/12..1/2 as many 32-row blocks as SMs (55..66 of 132: half the SMs idle) with rows of up to 8192
+// columns, where two tiles per block beat 16 warps per 16-row tile on all the SMs: run 6 of
+// h200-session30-runs.txt (--ab tile_kernel=auto,wide32, us per call): 2048 x 1024 1.95 -> 1.71, 2048 x 2048 2.35
+// -> 2.07, 2048 x 4096 3.02 -> 2.73, 2048 x 8192 4.64 -> 4.13, 2112 x 4096 3.08 -> 2.77, 1792 x 4096 2.79 -> 2.64;
+// not on longer rows or fewer blocks (2048 x 14336 6.4 -> 7.9, 1536 x 8960 4.19 -> 4.92, 1280 x 5120 2.93 -> 3.3,
+// 1024 x 4096 2.15 -> 2.53). Q4_K and IQ4_NL there: mixed or slower (Q4_K 2048 x 5120 3.25 -> 3.6, IQ4_NL 2048 x
+// 8192 4.74 -> 5.54).
 inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     if (ncols != 1 || a.sms == 0) return false;
     if (a.mma_mode == kMmaWide32) return on_mma_type(type, [](auto m) { return mma_two_tile_ring_fits<decltype(m)>(); });
@@ -1057,7 +1064,9 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     if (mma_two_tiles_eight_warps(type, a)) return true;
     const uint32_t blocks = (a.rows + 31) / 32, waves = (blocks + a.sms - 1) / a.sms;
     switch (type) {
-    case KPR_TYPE_Q4_0: return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && !q4_0_eight_warps(a);
+    case KPR_TYPE_Q4_0:
+        return (waves <= 2 && 4 * blocks >= 3 * waves * a.sms && !q4_0_eight_warps(a)) ||
+               (2 * blocks <= a.sms && 12 * blocks >= 5 * a.sms && a.x.cols <= 8192);
     case KPR_TYPE_Q4_K: return waves == 1 && 4 * blocks >= 3 * a.sms;
     case KPR_TYPE_IQ4_NL:
         return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && ((a.x.cols >= 3072 && a.x.cols <= 4096) || a.x.cols >= 16384);

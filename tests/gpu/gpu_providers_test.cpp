@@ -263,19 +263,20 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
         EXPECT_TRUE(o.accepted) << o.reason;
         return std::strstr(o.reason, "tensor-core tile kernel") != nullptr;
     };
-    // the one-column tile kernel with 16 warps per tile (mma_wide)
-    auto wide = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc, const char *mode) {
+    // whether the H200 offer with tile_kernel = mode is accepted and its reason names the kernel by phrase
+    auto names = [&](const char *phrase, uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc, const char *mode) {
         kpr_option_value ov{"tile_kernel", mode};
         kpr_offer o = ask(*p, gemv(type, rows, cols, nc), kH200, &ov, 1u);
         EXPECT_TRUE(o.accepted) << o.reason;
-        return std::strstr(o.reason, "16 warps per tile") != nullptr;
+        return std::strstr(o.reason, phrase) != nullptr;
+    };
+    // the one-column tile kernel with 16 warps per tile (mma_wide)
+    auto wide = [&](uint32_t type, uint64_t rows, uint64_t cols, uint32_t nc, const char *mode) {
+        return names("16 warps per tile", type, rows, cols, nc, mode);
     };
     // the one-column tile kernel with two tiles (32 rows) per block of 16 warps (mma_two_tiles)
     auto two = [&](uint32_t type, uint64_t rows, uint64_t cols, const char *mode) {
-        kpr_option_value ov{"tile_kernel", mode};
-        kpr_offer o = ask(*p, gemv(type, rows, cols, 1), kH200, &ov, 1u);
-        EXPECT_TRUE(o.accepted) << o.reason;
-        return std::strstr(o.reason, "two tiles per block") != nullptr;
+        return names("two tiles per block", type, rows, cols, 1, mode);
     };
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 2, nullptr));
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 8, nullptr));
@@ -295,10 +296,7 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 14336, "auto"));      // 128 blocks of 32 rows: two tiles per block
     // two tiles per block of 8 warps, two blocks per SM (mma_two_tiles_eight_warps)
     auto two8 = [&](uint32_t type, uint64_t rows, uint64_t cols, const char *mode) {
-        kpr_option_value ov{"tile_kernel", mode};
-        kpr_offer o = ask(*p, gemv(type, rows, cols, 1), kH200, &ov, 1u);
-        EXPECT_TRUE(o.accepted) << o.reason;
-        return std::strstr(o.reason, "two tiles per block of 8 warps") != nullptr;
+        return names("two tiles per block of 8 warps", type, rows, cols, 1, mode);
     };
     EXPECT_FALSE(two8(KPR_TYPE_Q4_0, 4096, 14336, "auto"));    // long rows, one block per SM: 16 warps
     EXPECT_TRUE(two8(KPR_TYPE_Q4_0, 4096, 4096, "auto"));      // rows of up to 16 chunks

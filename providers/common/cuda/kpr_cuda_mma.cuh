@@ -1265,10 +1265,10 @@ cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStrea
     switch (ncols) {
     case 1:
         if constexpr (mma_two_tile_ring_fits<M>()) {
-            if (mma_two_tiles(M::Block::TYPE, a, 1)) {
-                cudaError_t e = cudaErrorNotSupported;
-                if (mma_two_tiles_eight_warps(M::Block::TYPE, a)) e = launch_mma_fx<M, kMmaWarps, 2, true, true, 2>(a, pdl, s);
-                if (e == cudaErrorNotSupported) e = launch_mma_fx<M, 2 * kMmaWarps, 2, true, true, 2>(a, pdl, s);
+            if (mma_two_tiles(M::Block::TYPE, a, 1)) { // (the 8-warp ring is the smaller: where it does not fit, neither does 16)
+                const cudaError_t e = mma_two_tiles_eight_warps(M::Block::TYPE, a)
+                                          ? launch_mma_fx<M, kMmaWarps, 2, true, true, 2>(a, pdl, s)
+                                          : launch_mma_fx<M, 2 * kMmaWarps, 2, true, true, 2>(a, pdl, s);
                 if (e != cudaErrorNotSupported) return e;
             }
         }

@@ -534,11 +534,15 @@ constexpr bool mma_two_tile_ring_fits() {
 // -> 16.95 us, Q4_0 14.5 -> 13.3, IQ4_NL 15.8 -> 15.2. Q4_K, Q5_K and IQ4_XS since the twenty-second session.
 // TR (FX with DEFER and EARLY only): TR tiles per block (1 or 2), so that each chunk's activations, quantized
 // once, serve 16 * TR rows (mma_two_tiles, mma_two_tile_ring_fits).
-template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1>
+// XFIRST (FX with EARLY only): only stage 0's weights are requested before the dependency wait; stages 1.. after
+// every stage's activations (mma_x_first).
+template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1,
+          bool XFIRST = false>
 __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2 && W <= kMmaWarps) ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX, TR>;
     static_assert(TR == 1 || (TR == 2 && FX && DEFER && EARLY), "two tiles per block: the one-column deferred-fold kernel");
+    static_assert(!XFIRST || (FX && EARLY), "stage 0 alone before the wait: the one-column kernel with early refills");
     extern __shared__ __align__(128) uint8_t mma_ring[]; // [W][S][G::STAGE]
     // a warp's partial sums, [G::ROWS * 8] floats, at the start of its own ring once its chunks are read (all
     // it requested has landed by then), so that the block's static shared memory does not grow with W
@@ -607,15 +611,18 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
     };
     // the weights need nothing from the kernel before: requested before the dependency wait (EARLY: every
     // stage, since a stage is refilled as soon as it has been read into registers)
-    constexpr int S0 = EARLY ? S : S - 1;
+    constexpr int S0 = EARLY ? S : S - 1, SW = XFIRST ? 1 : S0; // SW: stages whose weights go before the wait
 #pragma unroll
-    for (int s = 0; s < S0; ++s)
+    for (int s = 0; s < SW; ++s)
         if (c0 + s < c1) issue_w(c0 + s, s);
     pdl_wait();              // the activations are written by the kernel before (FX) or the quantizer
     pdl_launch_dependents(); // the next call's kernel may launch (it waits for us before writing)
 #pragma unroll
     for (int s = 0; s < S0; ++s)
         if (c0 + s < c1) issue_x(c0 + s, s);
+#pragma unroll
+    for (int s = SW; s < S0; ++s) // XFIRST: behind the activations (a stage's barrier counts the bytes of both)
+        if (c0 + s < c1) issue_w(c0 + s, s);
 
     const bool colb = g < NC, cold0 = 2 * t < NC, cold1 = 2 * t + 1 < NC;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1178,16 +1185,16 @@ bool mma_fits(const GemvArgs &a, size_t dyn) {
 // promotion at 256 bytes: 0.1-0.4 us slower than none.
 // allow: the kernel's dynamic shared memory allowance (set once per device: the most any call asks), at
 // least dyn.
-template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false, int TR = 1>
+template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false, int TR = 1, bool XFIRST = false>
 cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, size_t allow, bool pdl,
                                cudaStream_t stream) {
     using G = MmaGeom<M, NC, FX, TR>;
     TmaMap wmap{};
-    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false, TR>;
+    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false, TR, XFIRST>;
     bool tma = false;
     if constexpr (!mma_piece_copies<M>()) { // (pieces: no map describes them)
         tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, G::CHUNK, G::ROWS);
-        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true, TR>;
+        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true, TR, XFIRST>;
     }
     static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
     const cudaError_t e = allow_mma_smem(k, allow, set[tma ? 1 : 0]);
@@ -1220,6 +1227,23 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     return launch_tile_kernel<M, NC, W, S, false>(a, a, dyn, dyn, pdl, stream);
 }
 
+// Whether the one-column tile kernel (with early refills) requests only its first stage's weights before the
+// dependency wait, and the others' after every stage's activations (XFIRST): on rows of up to 4096 columns (16
+// chunks of 256 weights, at most two per warp), 4096 rows or more. A warp's first chunk waits on its activations,
+// which otherwise queue behind the second stage's weights. Measured on the H200 (run 7 of h200-session31-runs.txt,
+// main -> this with rows of up to 4096 columns and any number of rows, two passes alternating, us per call): Q4_0
+// 11008 x 4096 10.6 -> 8.8, 10240 x 2560 7.6 -> 6.4, 8192 x 3072 6.0 -> 5.4, 18944 x 3584 13.8 -> 12.3, 28672 x 4096
+// 21.2 -> 20.1; Q4_K 8192 x 3072 6.7 -> 5.6, 4096 x 4096 4.2 -> 3.85; IQ4_NL 8192 x 3072 7.3 -> 6.0, 28672 x 4096
+// 23.5 -> 21.7, 18944 x 3584 15.1 -> 14.15, 11008 x 4096 11.1 -> 10.7; Q8_0 4096 x 3072 4.9 -> 4.6, 4096 x 4096 5.7
+// -> 5.4; 43 of 70 cases within 2.5%; slower IQ4_NL 4096 x 3072 and 5632 x 2048 (0.97x), and the small matrices
+// that the 4096 rows leave out: 2560 x 2560 (IQ4_NL, Q8_0 0.94x, Q4_K 0.97x; Q4_0 1.04x), 3584 x 3584 (IQ4_NL 0.95x,
+// Q4_0 0.97x; Q8_0 1.09x), 1024 x 1024 (IQ4_NL, Q5_K 1.6 -> 1.7 us). On longer rows it was mixed (runs 5 and 6, an
+// experiment switch in one build: faster Q4_K, IQ4_NL, Q5_K 2048 x 8192, slower Q4_0 2048 x 8192, Q8_0 2048 x 14336
+// and the targets' 4096 x 14336, Q4_0 10.0 -> 10.5, Q8_0 16.3 -> 16.7), so not there.
+inline bool mma_x_first(const GemvArgs &a) {
+    return a.x.cols <= 4096 && a.rows >= 4096;
+}
+
 // One column, the activations quantized in the tile kernel (FX): one kernel per call (the prepared scratch,
 // kept for the fallback, is not read).
 // cudaErrorNotSupported, with nothing launched, where the float activations are not 16-byte aligned (the
@@ -1242,6 +1266,8 @@ cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
         return cudaErrorNotSupported;
     GemvKArgs ka = a;
     ka.x.f = a.xf;
+    if constexpr (EARLY)
+        if (mma_x_first(a)) return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER, TR, true>(a, ka, dyn, pad, pdl, stream);
     return launch_tile_kernel<M, 1, W, S, true, EARLY, DEFER, TR>(a, ka, dyn, pad, pdl, stream);
 }
 

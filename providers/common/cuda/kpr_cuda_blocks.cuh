@@ -651,14 +651,16 @@ struct TIQ3_S {
             const uint32_t scb = p[106 + part];               // scales[ib / 2] for both
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
-                const uint32_t qh = (qh2 >> (8 * u)) & 0xFFu;
                 const uint32_t ls = (scb >> (4 * u)) & 0xFu;
                 ds[r][u] = __fmul_rn(d, static_cast<float>(1 + 2 * ls));
+                // byte j of hb[h]: the ninth index bit of lookup 4h + j (bit 4h + j of qh[ib]), 0 or 1
+                const uint32_t hb[2] = {bits_to_bytes((qh2 >> (8 * u)) & 0xFu), bits_to_bytes((qh2 >> (8 * u + 4)) & 0xFu)};
 #pragma unroll
                 for (int k = 0; k < 8; ++k) {
-                    const uint32_t iw = idx[2 * u + k / 4];
-                    const uint32_t gi = ((iw >> (8 * (k % 4))) & 0xFFu) | (((qh >> k) & 1u) << 8);
-                    const uint32_t sb = (sg[u] >> (8 * (k / 2))) & 0xFFu;
+                    // the 9-bit index in one prmt: byte k % 4 of the index word, byte k % 4 of hb, then two zero
+                    // bytes (the sign of a byte of hb, which is 0 or 1)
+                    const uint32_t gi = prmt(idx[2 * u + k / 4], hb[k / 4], 0xCC00u | ((4u + k % 4) << 4) | (k % 4));
+                    const uint32_t sb = (sg[u] >> (8 * (k / 2))) & 0xFFu; // (a prmt here spills on sm_60)
                     v[r][8 * u + k] = tab.sgn_s(tab.grid_s(gi), sb, k % 2);
                 }
             }
@@ -747,7 +749,7 @@ __device__ __forceinline__ uint32_t sgn_xxs_computed(uint32_t g, uint32_t s7, ui
     return select_neg(g, xxs_sign_mask(s7, half));
 }
 __device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint32_t half) {
-    return select_neg(g, nibble_to_bytemask_prmt((b >> (4 * half)) & 0xFu));
+    return select_neg(g, byte_half_to_bytemask(b, half));
 }
 
 struct TabGlobal {

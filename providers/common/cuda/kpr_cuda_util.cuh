@@ -183,10 +183,17 @@ __device__ __forceinline__ uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) 
     return d;
 }
 
-// Four bits -> four bytes of 0x00 / 0xFF: bit j lands on bit 8j + 7 (the copies of the nibble that
-// the multiply makes are 7 bits apart, so none overlaps and nothing carries), then prmt replicates it.
-__device__ __forceinline__ uint32_t nibble_to_bytemask_prmt(uint32_t nib) {
-    return prmt(nib * 0x10204080u, 0u, 0xBA98u);
+// Bits 4 half .. 4 half + 3 of the byte b (0..255) -> four bytes of 0x00 / 0xFF (bit 4 half + j -> byte j), without
+// isolating the nibble first: the multiplier puts bit 4 half + 3 - j on the top bit of byte j, its four copies of b
+// 9 bits apart and 8 bits wide (nothing overlaps, nothing carries), and the prmt replicates each top bit in reverse
+// byte order. Two instructions; the same masks as nibble_to_bytemask((b >> (4 half)) & 0xF).
+__device__ __forceinline__ uint32_t byte_half_to_bytemask(uint32_t b, uint32_t half) {
+    return prmt(b * (half == 0 ? 0x80402010u : 0x08040201u), 0u, 0x89ABu);
+}
+
+// Four bits -> four bytes of 0 / 1 (bit j -> byte j): the copies of nib are 7 bits apart and 4 wide.
+__device__ __forceinline__ uint32_t bits_to_bytes(uint32_t nib) {
+    return (nib * 0x00204081u) & 0x01010101u;
 }
 
 // Per-byte sign select: bytes of g where m is 0x00, of -g where m is 0xFF (g's bytes in 1..127).

@@ -654,7 +654,7 @@ struct TIQ3_S {
                 const uint32_t ls = (scb >> (4 * u)) & 0xFu;
                 ds[r][u] = __fmul_rn(d, static_cast<float>(1 + 2 * ls));
                 // byte j of hb[h]: the ninth index bit of lookup 4h + j (bit 4h + j of qh[ib]), 0 or 1
-                const uint32_t hb[2] = {bits_to_bytes((qh2 >> (8 * u)) & 0xFu), bits_to_bytes((qh2 >> (8 * u + 4)) & 0xFu)};
+                const uint32_t hb[2] = {nibble_to_bytebits((qh2 >> (8 * u)) & 0xFu), nibble_to_bytebits((qh2 >> (8 * u + 4)) & 0xFu)};
 #pragma unroll
                 for (int k = 0; k < 8; ++k) {
                     // the 9-bit index in one prmt: byte k % 4 of the index word, byte k % 4 of hb, then two zero

@@ -191,11 +191,6 @@ __device__ __forceinline__ uint32_t byte_half_to_bytemask(uint32_t b, uint32_t h
     return prmt(b * (half == 0 ? 0x80402010u : 0x08040201u), 0u, 0x89ABu);
 }
 
-// Four bits -> four bytes of 0 / 1 (bit j -> byte j): the copies of nib are 7 bits apart and 4 wide.
-__device__ __forceinline__ uint32_t bits_to_bytes(uint32_t nib) {
-    return (nib * 0x00204081u) & 0x01010101u;
-}
-
 // Per-byte sign select: bytes of g where m is 0x00, of -g where m is 0xFF (g's bytes in 1..127).
 __device__ __forceinline__ uint32_t select_neg(uint32_t g, uint32_t m) {
     const uint32_t ng = 0x01010100u - g; // per-byte negation: no byte of g is 0, so no borrow crosses

@@ -3,7 +3,7 @@
 // thread owning one 32-weight block position of every row with its quantized activations in registers,
 // measured against generic_cuda's call (launch_gemv_nc: the q8_1 quantizer and the row kernel, or the tile
 // kernel where its rules take it) in the same process, with the results compared. No provider uses these
-// kernels (fourteenth and fifteenth sessions; docs/benchmarks.md, "The planar probe" and "Where a
+// kernels (fourteenth and fifteenth sessions; docs/cuda-tuning-log.md, "The planar probe" and "Where a
 // one-kernel call's time goes"). The variants (planar_ldg's template knobs):
 //   ldg            the weights loaded into registers (two batches of 4 rows in flight, the first two before
 //                  the dependency wait), the activations quantized by every thread itself: one kernel per call

@@ -1,7 +1,7 @@
 // planar_probe_kernels.cuh -- what kpr_planar_probe adds to the planar building blocks it shares with
 // generic_cuda (kpr_cuda_planar.cuh: the layout, the repack, the quantization into registers, the dot
 // products, the reductions): its timing probes' activation loads and a dot product that can be switched
-// off (fourteenth and fifteenth sessions; docs/benchmarks.md, "The planar probe" and "Where a one-kernel
+// off (fourteenth and fifteenth sessions; docs/cuda-tuning-log.md, "The planar probe" and "Where a one-kernel
 // call's time goes"). The probe's kernel (planar_ldg, with its variants) is in kpr_planar_probe.cu. The
 // fourteenth session's cp.async ring kernels were removed after its measurements (commit b04e350 has them).
 #pragma once

@@ -9,7 +9,7 @@ namespace {
 
 // Matrices of at least this many weights take one kernel per call (each thread quantizes its own
 // activations); smaller ones the quantizer and the kernel, whose launch boundary costs less there than
-// the per-thread quantization (docs/benchmarks.md, "Planar weights in generic_cuda").
+// the per-thread quantization (docs/cuda-tuning-log.md, "Planar weights in generic_cuda").
 constexpr uint64_t kOneKernelWeights = uint64_t(1) << 25;
 
 template <int F, int NC>
@@ -75,7 +75,7 @@ const char *block_lanes_declines(const kpr_op_desc *op, const kpr_device_desc *d
 }
 
 bool lanes_auto(const kpr_op_desc *op, uint32_t sms, uint32_t ncols) {
-    // Measured on the H200 (docs/benchmarks.md, "Q4_K with a thread per block position").
+    // Measured on the H200 (docs/cuda-tuning-log.md, "Q4_K with a thread per block position").
     // Q4_0 / IQ4_NL on the planar copy: at one column faster on most shapes (the copy is made for it); at
     // two no consistent gain (Q4_0 0.92-1.18x, IQ4_NL 0.86-1.11x), so the GGUF-layout kernels keep them.
     if (op->weight_type != KPR_TYPE_Q4_K) return ncols == 1;

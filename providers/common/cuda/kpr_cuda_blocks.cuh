@@ -740,7 +740,7 @@ static __device__ const uint32_t g_iq3s_grid[512] = KPR_IQ3S_GRID_INIT;
 // puts bit j (j < 4) on bit 8j + 7: the four copies of s7 are 7 bits apart and 7 bits wide, so none
 // overlaps, nothing carries and s7 needs no mask; s7 * 0x20408 puts bits 4..6 on 7, 15, 23 the same
 // way, and the parity goes to bit 31. The prmt replicates each byte's top bit. (12 instructions per 8
-// weights against 15 for the nibble extraction of the eighth-bit byte; docs/benchmarks.md, twelfth session.)
+// weights against 15 for the nibble extraction of the eighth-bit byte; docs/cuda-tuning-log.md, twelfth session.)
 __device__ __forceinline__ uint32_t xxs_sign_mask(uint32_t s7, uint32_t half) {
     const uint32_t t = half == 0 ? s7 * 0x10204080u : s7 * 0x00020408u + (__popc(s7) << 31);
     return prmt(t, 0u, 0xBA98u);

@@ -31,7 +31,7 @@ constexpr int kGemvWarps = 4;
 // Bulk copies for the weight ring (compute capability 9.0): one lane issues one copy-engine instruction
 // per row chunk, completing on a per-stage mbarrier, instead of a 16-byte cp.async per lane. Compiled in
 // where they measured faster on the H200 than the build before them (the two alternating twice in one
-// lease, us per call, 4096 x 14336; docs/benchmarks.md "Bulk copies for the weight ring"): the row
+// lease, us per call, 4096 x 14336; docs/cuda-tuning-log.md "Bulk copies for the weight ring"): the row
 // kernel of the plain GEMV at 1-3 columns (two rows per warp): Q8_0 18.8 -> 18.3 at one column, 20.3 ->
 // 19.5 at two, 21.3 -> 20.7 at three; Q4_0 16.1 -> 15.0 at two; IQ4_XS 18.5 -> 17.1 at two (at three
 // columns only the 32-weight types run the row kernel). Not for Q2_K and IQ3_S at one column, Q5_0 at one
@@ -72,7 +72,7 @@ struct ChunkGeom : ChunkShape<T, T::CB> {
 
 // Half chunks in four stages (the same shared memory as ChunkGeom's two): more of the row in flight in
 // smaller pieces. With bulk copies faster for Q4_0 at one column (halves_chunks); slower for Q8_0 (18.3
-// -> 18.7 us), IQ4_NL (11.9 -> 13.0), IQ3_XXS and at two columns (docs/benchmarks.md "Bulk copies for
+// -> 18.7 us), IQ4_NL (11.9 -> 13.0), IQ3_XXS and at two columns (docs/cuda-tuning-log.md "Bulk copies for
 // the weight ring").
 template <class T, int R>
 struct ChunkGeomHalf : ChunkShape<T, T::CB / 2> {
@@ -142,7 +142,7 @@ struct XWhole {
 // 14336, staged and L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K
 // 17.2 -> 16.9, IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9),
 // IQ3_XXS (18.6 -> 18.9), IQ4_XS (17.7 -> 18.1); within noise for Q4_0, Q2_K, Q6_K; not measured: Q4_1,
-// Q5_0, Q5_1 (docs/benchmarks.md "Where the one-column kernels wait").
+// Q5_0, Q5_1 (docs/cuda-tuning-log.md "Where the one-column kernels wait").
 constexpr bool stages_activations(uint32_t type) {
     return type == KPR_TYPE_Q4_K || type == KPR_TYPE_Q5_K || type == KPR_TYPE_Q3_K || type == KPR_TYPE_IQ3_S;
 }
@@ -153,7 +153,7 @@ inline constexpr bool kStageActivations = stages_activations(T::TYPE);
 // cp.async ring. That path is never taken there, but compiled beside the ring it changes ptxas's register
 // allocation and schedule (IQ3_XXS's 16-warp one-column kernel 121 -> 84 registers, Q4_K's staged one
 // 108 -> 72), and so the speed, both ways. Measured on the H200, one column, with and without it
-// (docs/benchmarks.md "Rows that are not 16-byte aligned"): faster without for IQ3_XXS (4096 x 14336 14.5 ->
+// (docs/cuda-tuning-log.md "Rows that are not 16-byte aligned"): faster without for IQ3_XXS (4096 x 14336 14.5 ->
 // 12.1 us), IQ3_S (17.1 -> 16.4), IQ4_NL (12.05 -> 11.8) and Q6_K (15.75 -> 15.5); slower for Q4_K
 // (11.75 -> 13.4), Q3_K (15.25 -> 15.65) and Q8_0 at two columns (14336 x 4096 19.6 -> 20.2). Rows that
 // are not aligned always take the lean instance (UA).
@@ -184,14 +184,14 @@ inline bool takes_lean_over_waves(const GemvArgs &a) {
 // launch_gemv_dyn), and with how many warps per block: 4 (four blocks per SM, the ring in static shared
 // memory) or 16 (one block per SM: the vector copied once per SM; the ring, 2 stages, in dynamic shared
 // memory). Measured on the H200, 4096 x 14336, one column, each against the paths before it alternating
-// twice in one lease (docs/benchmarks.md "The whole activation vector in each block"), us per call:
+// twice in one lease (docs/cuda-tuning-log.md "The whole activation vector in each block"), us per call:
 //   4 warps:  Q4_0 13.9 -> 12.3, IQ4_NL 14.9 -> 12.9, Q2_K 13.4 -> 11.3 (16 warps: no faster)
 //   16 warps: Q4_1 13.9 -> 12.2, Q5_0 15.2 -> 14.1, Q5_1 15.7 -> 14.4, Q3_K 16.9 (staged) -> 15.9,
 //             Q6_K 17.6 -> 16.6, IQ4_XS 17.7 -> 17.3,
 //             IQ3_XXS 17.0 -> 15.2 (the grid once per lane, WholeVectorTab, in both; with its cheaper
 //             decode 17.7 -> 14.5 against the row kernel), IQ3_S 19.2 -> 17.2 (its grid once per lane
 //             in dynamic shared memory), both on 8..32 rows per SM only (whole_vector_row_window;
-//             twelfth session, docs/benchmarks.md "The IQ3 grids once per lane")
+//             twelfth session, docs/cuda-tuning-log.md "The IQ3 grids once per lane")
 // Not taken: Q8_0 (19.5; 19.3 with 16 warps, within noise), Q4_K, Q5_K (slower or no faster either
 // way). Three stages of the ring instead of two were slower for every type.
 constexpr bool copies_whole_vector(uint32_t type) {

@@ -1083,7 +1083,7 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
 
 // Whether the tile kernel serves this plain GEMV (a.sm90: compute capability 9.0+, aligned rows), from
 // H200 measurements, the tile kernel forced on against the row kernels in one lease, whole calls in us
-// (docs/benchmarks.md "The tensor-core tile kernel", `kpr_cuda_bench --tile-vs-row`). Its time hardly
+// (docs/cuda-tuning-log.md "The tensor-core tile kernel", `kpr_cuda_bench --tile-vs-row`). Its time hardly
 // grows with the column count; the row kernels' does.
 // Q8_0: while all 16-row tiles fit in one wave (two blocks per SM) faster from 2 columns on (4096 x
 // 14336: 19.3 -> 19.0 at 2, 32.4 -> 19.8 at 8; 4096 x 4096 7.7 -> 7.4, 13.1 -> 7.3) and slower at one
@@ -1250,7 +1250,7 @@ inline bool mma_x_first(const GemvArgs &a) {
 // ring copies them in bulk) or the shape does not fit.
 // DEFER: where the type gives its units' scales, except IQ4_XS with 16 warps (tile_kernel = wide): without
 // early refills and under the 64 registers of two such blocks per SM it spilled twice as much (100 bytes instead
-// of 52; run 4 of h200-session22-runs.txt; its racecheck reports: docs/benchmarks.md, "Proxy fences").
+// of 52; run 4 of h200-session22-runs.txt; its racecheck reports: docs/cuda-tuning-log.md, "Proxy fences").
 template <class M, int W = kMmaWarps, int S = mma_stages<M, 1, W, true>(), bool EARLY = fx_refills_early<M>(),
           bool DEFER = M::DEFER && (W <= kMmaWarps || fx_refills_early<M>()), int TR = 1>
 cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {

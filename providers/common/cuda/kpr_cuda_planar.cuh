@@ -1,7 +1,7 @@
 // kpr_cuda_planar.cuh -- the lanes kernel: a GEMV of one or two columns in which each thread owns one
 // 32-weight block position of every row, for compute capability 9.0. Q4_0 and IQ4_NL on a planar copy of
 // the weights (generic_cuda's `planar_weights` option), Q4_K on its own GGUF rows; generic_cuda's
-// `block_lanes` option says where it runs. Measured in docs/benchmarks.md, "The planar probe", "Planar
+// `block_lanes` option says where it runs. Measured in docs/cuda-tuning-log.md, "The planar probe", "Planar
 // weights in generic_cuda" and "Q4_K with a thread per block position".
 //
 // Planar layout (Q4_0, IQ4_NL): GGUF's bytes per row (18 per 32 weights) with each row split into its

@@ -62,7 +62,7 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) {
 // shared-space loads (LDS): the block pointers reach the decoders as generic pointers, and generic loads
 // (LD) go through the L1TEX path that the cp.async weight copies keep busy; on the H200 the one-column
 // kernels stalled mostly on them (ncu), and LDS made the types 0.5-6% faster at one and two columns
-// (docs/benchmarks.md). Below 8.0 (the register-staged path) they stay plain C++ loads: the same PTX as
+// (docs/cuda-tuning-log.md, "Where the one-column kernels wait"). Below 8.0 (the register-staged path) they stay plain C++ loads: the same PTX as
 // before, whose register allocation scripts/check-pascal holds to no spills.
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
 #define KPR_EXPLICIT_LDS 1

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Checks that the repository's cross-references resolve.
+
+Source comments, READMEs and docs cite measurements as  docs/NAME.md "Section title"  (the title may be
+cut short and may wrap over comment lines), link Markdown files with  [text](path), and name files under
+docs/ by path. When a document is split or a section renamed, those references rot silently; this
+check makes them fail a test instead.
+
+  check_doc_references.py --root DIR     check the tree at DIR; exit 1 and list every broken reference
+  check_doc_references.py --self-test    build a small tree with one reference of each kind broken and
+                                         one of each kind sound, and check that exactly the broken ones
+                                         are reported (so the check itself cannot pass vacuously)
+
+Scanned: *.md outside build folders and outside docs/measurements/ (raw run logs quote history as it
+was), and the C, C++, CUDA, CMake, Python and shell sources under core/, providers/, bench/, tests/,
+fuzz/, examples/, scripts/ and abi/.
+"""
+import argparse
+import os
+import re
+import sys
+import tempfile
+
+SOURCE_DIRS = ("core", "providers", "bench", "tests", "fuzz", "examples", "scripts", "abi", "cmake")
+SOURCE_EXTS = (".h", ".hpp", ".c", ".cc", ".cpp", ".cu", ".cuh", ".inc", ".txt", ".cmake", ".py", ".sh")
+SKIP_DIRS = {".git", "measurements", "data", "__pycache__"}
+
+# docs/NAME.md (or `docs/NAME.md`), then "," or a space, optionally "(section" or "section", then a quoted title.
+CITATION = re.compile(r'(docs/[A-Za-z0-9_.-]+\.md)`?(?:,\s*|\s+)\(?(?:sections?\s+)?"([^"\n]{3,200})"')
+# further titles of the same citation: ... "A" and "B", ... "A", "B"
+MORE_TITLES = re.compile(r'\s*(?:,|and|,\s*and)\s*"([^"\n]{3,200})"')
+MD_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+DOC_PATH = re.compile(r"(?<![\w/.-])(docs/[A-Za-z0-9_./-]+\.(?:md|txt|patch))")
+COMMENT_PREFIX = re.compile(r"\n[ \t]*(?://+|#+|\*|>)?[ \t]*")
+
+
+def flatten(text):
+    """Joins lines (dropping comment markers) so that a citation wrapped over lines reads as one."""
+    return re.sub(r"\s+", " ", COMMENT_PREFIX.sub(" ", text))
+
+
+def headings(path):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):
+                out.append(re.sub(r"\s+", " ", line.lstrip("#").strip()))
+    return out
+
+
+def files_to_scan(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        top = rel.split(os.sep)[0]
+        dirnames[:] = [d for d in dirnames
+                       if d not in SKIP_DIRS and not d.startswith("build") and not d.startswith(".")]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if name.endswith(".md"):
+                yield path
+            elif top in SOURCE_DIRS and (name.endswith(SOURCE_EXTS) or name == "CMakeLists.txt"):
+                yield path
+
+
+def check(root):
+    problems = []
+    heading_cache = {}
+
+    def title_ok(doc, title):
+        target = os.path.join(root, doc)
+        if not os.path.isfile(target):
+            return False
+        if doc not in heading_cache:
+            heading_cache[doc] = headings(target)
+        t = re.sub(r"\s+", " ", title.strip()).rstrip(".")
+        if t in ("...", "…"):
+            return True  # a placeholder in prose about citations, not a citation
+        return any(h.startswith(t) or t in h for h in heading_cache[doc])
+
+    for path in sorted(files_to_scan(root)):
+        rel = os.path.relpath(path, root)
+        if os.path.abspath(path) == os.path.abspath(__file__):
+            continue  # its docstring and self-test name references that are broken on purpose
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (UnicodeDecodeError, OSError) as e:
+            problems.append(f"{rel}: cannot read: {e}")
+            continue
+        flat = flatten(text)
+        for m in CITATION.finditer(flat):
+            doc = m.group(1)
+            titles = [m.group(2)]
+            rest = flat[m.end():]
+            while True:
+                more = MORE_TITLES.match(rest)
+                if not more:
+                    break
+                titles.append(more.group(1))
+                rest = rest[more.end():]
+            for title in titles:
+                if not title_ok(doc, title):
+                    problems.append(f'{rel}: cites {doc} "{title}", which has no such section')
+        for m in DOC_PATH.finditer(flat):
+            doc = m.group(1).rstrip(".")
+            if not os.path.exists(os.path.join(root, doc)):
+                problems.append(f"{rel}: names {doc}, which does not exist")
+        if path.endswith(".md"):
+            for m in MD_LINK.finditer(text):
+                target = m.group(1)
+                if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+                    continue
+                target = target.split("#", 1)[0]
+                if not os.path.exists(os.path.normpath(os.path.join(os.path.dirname(path), target))):
+                    problems.append(f"{rel}: links {target}, which does not exist")
+    return problems
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "docs"))
+        os.makedirs(os.path.join(root, "providers", "p"))
+        with open(os.path.join(root, "docs", "log.md"), "w") as f:
+            f.write("# Log\n\n### Bulk copies for the weight ring (seventh session)\n\n### Method\n")
+        with open(os.path.join(root, "docs", "index.md"), "w") as f:
+            f.write("[log](log.md) [gone](gone.md) [web](https://example.com/x.md)\n")
+        with open(os.path.join(root, "providers", "p", "k.cuh"), "w") as f:
+            f.write('// measured (docs/log.md "Bulk copies for\n// the weight ring"), and docs/log.md, "Method".\n// `docs/log.md` (section "Method")\n// (see docs/log.md)")\n'
+                    '// wrong: docs/log.md "Tensor copies", docs/gone.md "Anything"; see docs/missing.txt\n'
+                    '// docs/log.md, "Method" and "No such"\n')
+        got = sorted(check(root))
+        want = sorted([
+            'docs/index.md: links gone.md, which does not exist',
+            'providers/p/k.cuh: cites docs/log.md "Tensor copies", which has no such section',
+            'providers/p/k.cuh: cites docs/gone.md "Anything", which has no such section',
+            'providers/p/k.cuh: names docs/gone.md, which does not exist',
+            'providers/p/k.cuh: names docs/missing.txt, which does not exist',
+            'providers/p/k.cuh: cites docs/log.md "No such", which has no such section',
+        ])
+        if got != want:
+            print("self-test failed\n  reported:\n    " + "\n    ".join(got) + "\n  expected:\n    " + "\n    ".join(want))
+            return 1
+        print(f"self-test passed: {len(want)} broken references found, the sound ones accepted")
+        return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", help="repository root to check")
+    ap.add_argument("--self-test", action="store_true", help="check the checker on a generated tree")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.root:
+        ap.error("--root or --self-test is required")
+    problems = check(os.path.abspath(args.root))
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} broken reference(s) under {args.root}")
+        return 1
+    print(f"all references under {args.root} resolve")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@
 
 Source comments, READMEs and docs cite measurements as  docs/NAME.md "Section title"  (the title may be
 cut short and may wrap over comment lines), link Markdown files with  [text](path), and name files under
-docs/ by path. When a document is split or a section renamed, those references rot silently; this
+docs/ by path; an index table (a Markdown table with a "section" column) names sections of its own file. When a document is split or a section renamed, those references rot silently; this
 check makes them fail a test instead.
 
   check_doc_references.py --root DIR     check the tree at DIR; exit 1 and list every broken reference
@@ -62,6 +62,25 @@ def files_to_scan(root):
                 yield path
 
 
+def check_section_columns(rel, text):
+    """A Markdown table whose header has a "section" column (an index) must name sections of the same file."""
+    own = [re.sub(r"\s+", " ", l.lstrip("#").strip()) for l in text.split("\n") if l.startswith("#")]
+    problems, column = [], None
+    for line in text.split("\n"):
+        if not line.startswith("|"):
+            column = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if column is None:
+            column = cells.index("section") if "section" in cells else -1
+            continue
+        if column < 0 or column >= len(cells) or set(cells[column]) <= set("-: "):
+            continue
+        if cells[column] not in own:
+            problems.append(f'{rel}: its index names section "{cells[column]}", which it does not have')
+    return problems
+
+
 def check(root):
     problems = []
     heading_cache = {}
@@ -106,6 +125,7 @@ def check(root):
             if not os.path.exists(os.path.join(root, doc)):
                 problems.append(f"{rel}: names {doc}, which does not exist")
         if path.endswith(".md"):
+            problems += check_section_columns(rel, text)
             for m in MD_LINK.finditer(text):
                 target = m.group(1)
                 if re.match(r"^[a-z]+:", target) or target.startswith("#"):
@@ -123,7 +143,8 @@ def self_test():
         with open(os.path.join(root, "docs", "log.md"), "w") as f:
             f.write("# Log\n\n### Bulk copies for the weight ring (seventh session)\n\n### Method\n")
         with open(os.path.join(root, "docs", "index.md"), "w") as f:
-            f.write("[log](log.md) [gone](gone.md) [web](https://example.com/x.md)\n")
+            f.write("[log](log.md) [gone](gone.md) [web](https://example.com/x.md)\n\n## Kept\n\n"
+                    "| what | section |\n|---|---|\n| a | Kept |\n| b | Lost |\n")
         with open(os.path.join(root, "providers", "p", "k.cuh"), "w") as f:
             f.write('// measured (docs/log.md "Bulk copies for\n// the weight ring"), and docs/log.md, "Method".\n// `docs/log.md` (section "Method")\n// (see docs/log.md)")\n'
                     '// wrong: docs/log.md "Tensor copies", docs/gone.md "Anything"; see docs/missing.txt\n'
@@ -131,6 +152,7 @@ def self_test():
         got = sorted(check(root))
         want = sorted([
             'docs/index.md: links gone.md, which does not exist',
+            'docs/index.md: its index names section "Lost", which it does not have',
             'providers/p/k.cuh: cites docs/log.md "Tensor copies", which has no such section',
             'providers/p/k.cuh: cites docs/gone.md "Anything", which has no such section',
             'providers/p/k.cuh: names docs/gone.md, which does not exist',

@@ -3,7 +3,8 @@
 
 Source comments, READMEs and docs cite measurements as  docs/NAME.md "Section title"  (the title may be
 cut short and may wrap over comment lines), link Markdown files with  [text](path), and name files under
-docs/ by path; an index table (a Markdown table with a "section" column) names sections of its own file. When a document is split or a section renamed, those references rot silently; this
+docs/ by path; an index table (a Markdown table with a "section" column) names sections of its own file, and
+a bare  section "Title"  in a Markdown file names a section of that file or of another file under docs/. When a document is split or a section renamed, those references rot silently; this
 check makes them fail a test instead.
 
   check_doc_references.py --root DIR     check the tree at DIR; exit 1 and list every broken reference
@@ -29,6 +30,8 @@ SKIP_DIRS = {".git", "measurements", "data", "__pycache__"}
 CITATION = re.compile(r'(docs/[A-Za-z0-9_.-]+\.md)`?(?:,\s*|\s+)\(?(?:sections?\s+)?"([^"\n]{3,200})"')
 # further titles of the same citation: ... "A" and "B", ... "A", "B"
 MORE_TITLES = re.compile(r'\s*(?:,|and|,\s*and)\s*"([^"\n]{3,200})"')
+# a bare  section "Title"  in a Markdown file (no file named before it)
+BARE_SECTION = re.compile(r'(?<![\w/.-]\.md )(?<!\.md`)(?<!\.md, )\(?\bsection "([^"\n]{3,200})"')
 MD_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 DOC_PATH = re.compile(r"(?<![\w/.-])(docs/[A-Za-z0-9_./-]+\.(?:md|txt|patch))")
 COMMENT_PREFIX = re.compile(r"\n[ \t]*(?://+|#+|\*|>)?[ \t]*")
@@ -96,6 +99,9 @@ def check(root):
             return True  # a placeholder in prose about citations, not a citation
         return any(h.startswith(t) or t in h for h in heading_cache[doc])
 
+    docs_dir = os.path.join(root, "docs")
+    all_docs = sorted(os.path.join(docs_dir, n) for n in os.listdir(docs_dir) if n.endswith(".md")) \
+        if os.path.isdir(docs_dir) else []
     for path in sorted(files_to_scan(root)):
         rel = os.path.relpath(path, root)
         if os.path.abspath(path) == os.path.abspath(__file__):
@@ -126,6 +132,13 @@ def check(root):
                 problems.append(f"{rel}: names {doc}, which does not exist")
         if path.endswith(".md"):
             problems += check_section_columns(rel, text)
+            own = headings(path)
+            for m in BARE_SECTION.finditer(flat):
+                t = re.sub(r"\s+", " ", m.group(1).strip())
+                if any(h.startswith(t) or t in h for h in own) or any(
+                        title_ok(os.path.relpath(d, root), t) for d in all_docs):
+                    continue
+                problems.append(f'{rel}: names section "{t}", which neither it nor any file under docs/ has')
             for m in MD_LINK.finditer(text):
                 target = m.group(1)
                 if re.match(r"^[a-z]+:", target) or target.startswith("#"):
@@ -144,7 +157,8 @@ def self_test():
             f.write("# Log\n\n### Bulk copies for the weight ring (seventh session)\n\n### Method\n")
         with open(os.path.join(root, "docs", "index.md"), "w") as f:
             f.write("[log](log.md) [gone](gone.md) [web](https://example.com/x.md)\n\n## Kept\n\n"
-                    "| what | section |\n|---|---|\n| a | Kept |\n| b | Lost |\n")
+                    "| what | section |\n|---|---|\n| a | Kept |\n| b | Lost |\n\nSee section \"Method\" and section \"Kept\";\n"
+                    "section \"Nowhere\" is gone.\n")
         with open(os.path.join(root, "providers", "p", "k.cuh"), "w") as f:
             f.write('// measured (docs/log.md "Bulk copies for\n// the weight ring"), and docs/log.md, "Method".\n// `docs/log.md` (section "Method")\n// (see docs/log.md)")\n'
                     '// wrong: docs/log.md "Tensor copies", docs/gone.md "Anything"; see docs/missing.txt\n'
@@ -153,6 +167,7 @@ def self_test():
         want = sorted([
             'docs/index.md: links gone.md, which does not exist',
             'docs/index.md: its index names section "Lost", which it does not have',
+            'docs/index.md: names section "Nowhere", which neither it nor any file under docs/ has',
             'providers/p/k.cuh: cites docs/log.md "Tensor copies", which has no such section',
             'providers/p/k.cuh: cites docs/gone.md "Anything", which has no such section',
             'providers/p/k.cuh: names docs/gone.md, which does not exist',

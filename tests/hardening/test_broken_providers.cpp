@@ -11,6 +11,7 @@
 #include <elf.h>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 using namespace kpr_test;
 
@@ -155,6 +156,21 @@ TEST(BrokenProviders, NameAlreadyTaken) {
     EXPECT_EQ(loaded, 1);
     EXPECT_EQ(failed, 1);
     still_serves(rt);
+    // The explanation marks the winning answer only, not the failed twin's answer that bears the same name.
+    auto plan = rt.plan(kpr::gemv(KPR_TYPE_F32, 4, 32, 1), "cpu");
+    ASSERT_EQ(plan->provider(), "broken_good") << plan->explain();
+    const std::string ex = plan->explain();
+    int marked = 0, named = 0;
+    std::istringstream lines(ex);
+    for (std::string l; std::getline(lines, l);) {
+        if (contains(l, " broken_good ")) ++named;
+        if (l.rfind("* ", 0) == 0) {
+            ++marked;
+            EXPECT_TRUE(contains(l, "accepted")) << l;
+        }
+    }
+    EXPECT_EQ(named, 2) << ex;
+    EXPECT_EQ(marked, 1) << ex;
 }
 
 TEST(BrokenProviders, AllAtOnceInOneRuntime) {

@@ -318,7 +318,9 @@ std::string Plan::explain() const {
         if (a.calibrated_us) reason += fmt::format(" [calibrated {:.1f} us]", *a.calibrated_us);
         if (a.forced) reason += " [forced]";
         bool counts = a.state == AnswerState::Accepted || a.state == AnswerState::Declined;
-        out += fmt::format("{} {:<{}}  {:<9} {:>6} {:>5}  {}\n", a.provider == winner_ ? "*" : " ", a.provider, w,
+        // the winner's own answer: a provider that failed to load under the same name answers too
+        const bool won = a.state == AnswerState::Accepted && a.provider == winner_;
+        out += fmt::format("{} {:<{}}  {:<9} {:>6} {:>5}  {}\n", won ? "*" : " ", a.provider, w,
                            to_string(a.state), counts ? std::to_string(a.score) : "-", a.priority, reason);
     }
     return out;

@@ -4,8 +4,9 @@
 Source comments, READMEs and docs cite measurements as  docs/NAME.md "Section title"  (the title may be
 cut short and may wrap over comment lines), link Markdown files with  [text](path), and name files under
 docs/ by path; an index table (a Markdown table with a "section" column) names sections of its own file, and
-a bare  section "Title"  in a Markdown file names a section of that file or of another file under docs/. When a document is split or a section renamed, those references rot silently; this
-check makes them fail a test instead.
+a bare  section "Title"  in a Markdown file names a section of that file or of another file under docs/.
+When a document is split or a section renamed, those references rot silently; this check makes them fail a
+test instead.
 
   check_doc_references.py --root DIR     check the tree at DIR; exit 1 and list every broken reference
   check_doc_references.py --self-test    build a small tree with one reference of each kind broken and
@@ -42,13 +43,14 @@ def flatten(text):
     return re.sub(r"\s+", " ", COMMENT_PREFIX.sub(" ", text))
 
 
-def headings(path):
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#"):
-                out.append(re.sub(r"\s+", " ", line.lstrip("#").strip()))
-    return out
+def headings(text):
+    return [re.sub(r"\s+", " ", l.lstrip("#").strip()) for l in text.split("\n") if l.startswith("#")]
+
+
+def names_heading(heads, title):
+    """Whether title (possibly cut short) names one of heads."""
+    t = re.sub(r"\s+", " ", title.strip()).rstrip(".")
+    return t in ("...", "…") or any(t in h for h in heads)  # "...": a placeholder in prose about citations
 
 
 def files_to_scan(root):
@@ -65,9 +67,8 @@ def files_to_scan(root):
                 yield path
 
 
-def check_section_columns(rel, text):
+def check_section_columns(rel, text, own):
     """A Markdown table whose header has a "section" column (an index) must name sections of the same file."""
-    own = [re.sub(r"\s+", " ", l.lstrip("#").strip()) for l in text.split("\n") if l.startswith("#")]
     problems, column = [], None
     for line in text.split("\n"):
         if not line.startswith("|"):
@@ -93,14 +94,12 @@ def check(root):
         if not os.path.isfile(target):
             return False
         if doc not in heading_cache:
-            heading_cache[doc] = headings(target)
-        t = re.sub(r"\s+", " ", title.strip()).rstrip(".")
-        if t in ("...", "…"):
-            return True  # a placeholder in prose about citations, not a citation
-        return any(h.startswith(t) or t in h for h in heading_cache[doc])
+            with open(target, encoding="utf-8") as f:
+                heading_cache[doc] = headings(f.read())
+        return names_heading(heading_cache[doc], title)
 
     docs_dir = os.path.join(root, "docs")
-    all_docs = sorted(os.path.join(docs_dir, n) for n in os.listdir(docs_dir) if n.endswith(".md")) \
+    all_docs = sorted(os.path.join("docs", n) for n in os.listdir(docs_dir) if n.endswith(".md")) \
         if os.path.isdir(docs_dir) else []
     for path in sorted(files_to_scan(root)):
         rel = os.path.relpath(path, root)
@@ -131,14 +130,12 @@ def check(root):
             if not os.path.exists(os.path.join(root, doc)):
                 problems.append(f"{rel}: names {doc}, which does not exist")
         if path.endswith(".md"):
-            problems += check_section_columns(rel, text)
-            own = headings(path)
+            own = headings(text)
+            problems += check_section_columns(rel, text, own)
             for m in BARE_SECTION.finditer(flat):
-                t = re.sub(r"\s+", " ", m.group(1).strip())
-                if any(h.startswith(t) or t in h for h in own) or any(
-                        title_ok(os.path.relpath(d, root), t) for d in all_docs):
-                    continue
-                problems.append(f'{rel}: names section "{t}", which neither it nor any file under docs/ has')
+                t = m.group(1)
+                if not names_heading(own, t) and not any(title_ok(d, t) for d in all_docs):
+                    problems.append(f'{rel}: names section "{t}", which neither it nor any file under docs/ has')
             for m in MD_LINK.finditer(text):
                 target = m.group(1)
                 if re.match(r"^[a-z]+:", target) or target.startswith("#"):

@@ -187,6 +187,9 @@ def main():
         return self_test()
     if not args.root:
         ap.error("--root or --self-test is required")
+    if not os.path.isdir(os.path.join(args.root, "docs")):
+        print(f"check_doc_references: {args.root} is not a repository root (it has no docs/ folder)")
+        return 2
     problems = check(os.path.abspath(args.root))
     for p in problems:
         print(p)

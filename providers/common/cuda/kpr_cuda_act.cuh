@@ -66,6 +66,14 @@ __device__ __forceinline__ float rcp_approx(float d) {
 // product, one correction) with the reciprocal computed once per block where d is in [2^-100, 2^100]:
 // there, for |x| <= 127 d, __fdiv_rn's range check can fail only for quotients under 2^-26, which round
 // to 0 either way, so the integers are the same. Other blocks (zero, tiny, huge, inf) divide.
+// BRANCH_FREE (the tile kernel's BRANCH_FREE_QUANT: Q4_0 only): the same integers and scale without a
+// branch, so that the compiler may schedule the block among other work: d = amax / 127 as a product by RN(1/127) and one fused correction (equal to the IEEE
+// division for every non-negative float: all 2^31 checked on the CPU by the test program in
+// docs/measurements/h200-branch-free-quantization-experiment.patch);
+// where d lies outside [2^-100, 2^100], x and d are first scaled by 2^64 or 2^-64 (exact, or, for huge d,
+// inexact only where |x / d| < 2^-162, which rounds to 0 either way); d = 0 and d = inf give 0 by a select,
+// as the division does (x / inf = 0; inf / inf is NaN, which the conversion turns into 0).
+template <bool BRANCH_FREE = false>
 __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], const uint32_t (&fb)[4], int (&qa)[4],
                                                    int (&qb)[4], float &dh, int &qs) {
     float amax = 0.0f;
@@ -73,6 +81,32 @@ __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], cons
     for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(fa[i])), fabsf(__uint_as_float(fb[i]))));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    if constexpr (BRANCH_FREE) {
+        constexpr float k127 = 0x1.020408p-7f; // RN(1/127)
+        constexpr float inf = __builtin_huge_valf();
+        const float e0 = __fmul_rn(amax, k127);
+        const float dd = e0 == inf ? e0 : __fmaf_rn(__fmaf_rn(-e0, 127.0f, amax), k127, e0);
+        const float sc = dd < 0x1p-100f ? 0x1p64f : dd > 0x1p100f ? 0x1p-64f : 1.0f;
+        const float ds = __fmul_rn(dd, sc);
+        float r = rcp_approx(ds);
+        r = __fmaf_rn(r, __fmaf_rn(-ds, r, 1.0f), r);
+        const bool zero = !(amax > 0.0f) || e0 == inf;
+        auto quant = [&](uint32_t w) {
+            const float x = __fmul_rn(__uint_as_float(w), sc), q0 = __fmul_rn(x, r);
+            const int q = static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, ds, x), q0)));
+            return zero ? 0 : q;
+        };
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            qa[i] = quant(fa[i]);
+            qb[i] = quant(fb[i]);
+        }
+        qs = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qs += qa[i] + qb[i];
+        dh = __half2float(__float2half_rn(dd));
+        return;
+    }
     const float dd = __fdiv_rn(amax, 127.0f);
     if (dd >= 0x1p-100f && dd <= 0x1p100f) {
         float r = rcp_approx(dd);

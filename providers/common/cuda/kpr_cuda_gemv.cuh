@@ -38,11 +38,14 @@ constexpr int kGemvWarps = 4;
 // and two, Q6_K at two (0.1-0.4 us slower or no faster), not from 4 columns on (with the copies compiled
 // in, Q8_0 at 8 columns took 34.3 us against 32.5), not the grouped GEMV (one row per warp; MoE slower:
 // Q4_K at 4 columns 17.0 -> 18.2); the 4-row kernel only for Q6_K (3 columns 28.1 -> 25.7; the other
-// types up to 1.2 us slower).
-template <class T, int NC, int R>
+// types up to 1.2 us slower). IQ3_S at one column only in the 16-warp kernel with the whole vector (XB): there
+// faster on four of ten shapes and level on six (run 1 of h200-session34-runs.txt, us per call: 4096 x 14336
+// 14.8 -> 14.5, 2048 x 14336 12.5 -> 12.0, 2048 x 8192 8.4 -> 7.9, 4096 x 4096 7.2 -> 6.8); in its other kernels
+// slower (run 5 of h200-session32-runs.txt: 14336 x 4096 20.05 -> 20.95, 8192 x 8192 23.75 -> 23.9).
+template <class T, int NC, int R, bool XB = false>
 constexpr bool bulk_copies_rows() {
     return KPR_BULK_COPY && !T::FLOAT_X && R == 2 && (NC <= 2 || (NC == 3 && T::QK == 32)) &&
-           !(NC == 1 && (T::TYPE == KPR_TYPE_Q2_K || T::TYPE == KPR_TYPE_IQ3_S)) &&
+           !(NC == 1 && (T::TYPE == KPR_TYPE_Q2_K || (T::TYPE == KPR_TYPE_IQ3_S && !XB))) &&
            !(NC <= 2 && T::TYPE == KPR_TYPE_Q5_0) && !(NC == 2 && T::TYPE == KPR_TYPE_Q6_K);
 }
 constexpr bool bulk_copies_quad(uint32_t type) { return KPR_BULK_COPY && type == KPR_TYPE_Q6_K; }
@@ -433,7 +436,7 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
     if (kAsync && (kLean || a.aligned)) {
         // cp.async: S - 1 chunks in flight while one is decoded, no registers spent on staging
         // bulk copies (bulk_copies_rows; aligned rows: every chunk is a multiple of 16 bytes)
-        constexpr bool bulk = !UA && bulk_copies_rows<T, NC, R>() && G::BYTES % 16 == 0;
+        constexpr bool bulk = !UA && bulk_copies_rows<T, NC, R, XB>() && G::BYTES % 16 == 0;
         __shared__ alignas(8) uint64_t wbar[bulk ? W : 1][bulk ? S : 1]; // one mbarrier per stage of the warp's ring
         if constexpr (bulk) {
             if (lane == 0) {

@@ -105,6 +105,10 @@ __device__ __forceinline__ void block_d_scales(uint32_t row, uint32_t p, uint32_
 //   fold           one unit's integer sum into a float accumulator
 //   DEFER          whether the one-column kernel may defer the folds (gemv_mma_kernel): then load<B, false>
 //                  leaves the scales out and defer_scales gives those of a lane's own two units
+//   BRANCH_FREE_QUANT  whether the one-column kernel quantizes its float activations with q8_1_quantize_quad's
+//                  branch-free form: Q4_0 only (4096 x 14336 10.0 -> 9.9 us, faster or level on ten shapes;
+//                  other types level or slower: Q4_K 2048 x 8192 0.92x), docs/cuda-tuning-log.md "The one-column
+//                  quantization without a branch for Q4_0"
 // Rows of a stage are 4 banks (mod 8) apart and the lanes of a row read 4 consecutive words, so a warp's
 // fragment loads hit 32 distinct banks.
 //
@@ -113,7 +117,7 @@ __device__ __forceinline__ void block_d_scales(uint32_t row, uint32_t p, uint32_
 struct MmaQ8_0 {
     using Block = TQ8_0;
     static constexpr uint32_t CB = 8; // blocks per chunk: 272 bytes
-    static constexpr bool SUMS = false, PERM = false, DEFER = true;
+    static constexpr bool SUMS = false, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
     struct Row {
         uint32_t lo, hi;
         float d;
@@ -214,7 +218,7 @@ struct MmaQ4Like {
     using Block = T;
     static constexpr bool NL = T::TYPE == KPR_TYPE_IQ4_NL;
     static constexpr uint32_t CB = 8;
-    static constexpr bool SUMS = false, PERM = NL, DEFER = true;
+    static constexpr bool SUMS = false, PERM = NL, DEFER = true, BRANCH_FREE_QUANT = !NL;
     struct Row {
         uint32_t w;
         float d;
@@ -262,7 +266,7 @@ using MmaIQ4_NL = MmaQ4Like<TIQ4_NL>;
 struct MmaIQ4_XS {
     using Block = TIQ4_XS;
     static constexpr uint32_t CB = 2;
-    static constexpr bool SUMS = false, PERM = true, DEFER = true;
+    static constexpr bool SUMS = false, PERM = true, DEFER = true, BRANCH_FREE_QUANT = false;
     struct Row {
         float d;
         uint32_t sh, sl; // the scales' high bits (2 per unit), their low nibbles (4 per unit)
@@ -328,7 +332,7 @@ struct MmaQ45K {
     using Block = T;
     static constexpr bool Q5 = T::TYPE == KPR_TYPE_Q5_K;
     static constexpr uint32_t CB = 1, QS = Q5 ? 48 : 16; // qs's offset in the block
-    static constexpr bool SUMS = true, PERM = false, DEFER = true;
+    static constexpr bool SUMS = true, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
     struct Row {
         float d, dmin;
         uint32_t sc[2], m[2];  // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
@@ -648,7 +652,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
                 lds_words_v4<4>(base + (64u - o1), fb);
                 int qa[4], qb[4], qs;
                 float dh;
-                q8_1_quantize_quad(fa, fb, qa, qb, dh, qs); // kpr_cuda_act.cuh
+                q8_1_quantize_quad<M::BRANCH_FREE_QUANT>(fa, fb, qa, qb, dh, qs); // kpr_cuda_act.cuh
                 auto pack = [](const int (&q)[4]) {
                     return (static_cast<uint32_t>(q[0]) & 0xFFu) | ((static_cast<uint32_t>(q[1]) & 0xFFu) << 8) |
                            ((static_cast<uint32_t>(q[2]) & 0xFFu) << 16) | (static_cast<uint32_t>(q[3]) << 24);

@@ -67,10 +67,10 @@ __device__ __forceinline__ float rcp_approx(float d) {
 // there, for |x| <= 127 d, __fdiv_rn's range check can fail only for quotients under 2^-26, which round
 // to 0 either way, so the integers are the same. Other blocks (zero, tiny, huge, inf) divide.
 // BRANCH_FREE (the tile kernel's BRANCH_FREE_QUANT: Q4_0 only): the same integers and scale without a
-// branch, so that the compiler may schedule the block among other work: d = amax / 127 as a product by RN(1/127) and one fused correction (equal to the IEEE
-// division for every non-negative float: all 2^31 checked on the CPU by the test program in
-// docs/measurements/h200-branch-free-quantization-experiment.patch);
-// where d lies outside [2^-100, 2^100], x and d are first scaled by 2^64 or 2^-64 (exact, or, for huge d,
+// branch, so that the compiler may schedule the block among other work: d = amax / 127 as a product by
+// RN(1/127) and one fused correction (equal to the IEEE division for every non-negative float: all 2^31
+// checked on the CPU by the test program in docs/measurements/h200-branch-free-quantization-experiment.patch,
+// a sample and the edge ranges by tests/providers/test_q8_1_branch_free.cpp); where d lies outside [2^-100, 2^100], x and d are first scaled by 2^64 or 2^-64 (exact, or, for huge d,
 // inexact only where |x / d| < 2^-162, which rounds to 0 either way); d = 0 and d = inf give 0 by a select,
 // as the division does (x / inf = 0; inf / inf is NaN, which the conversion turns into 0).
 template <bool BRANCH_FREE = false>
@@ -81,11 +81,12 @@ __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], cons
     for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(fa[i])), fabsf(__uint_as_float(fb[i]))));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    float dd;
     if constexpr (BRANCH_FREE) {
         constexpr float k127 = 0x1.020408p-7f; // RN(1/127)
         constexpr float inf = __builtin_huge_valf();
         const float e0 = __fmul_rn(amax, k127);
-        const float dd = e0 == inf ? e0 : __fmaf_rn(__fmaf_rn(-e0, 127.0f, amax), k127, e0);
+        dd = e0 == inf ? e0 : __fmaf_rn(__fmaf_rn(-e0, 127.0f, amax), k127, e0);
         const float sc = dd < 0x1p-100f ? 0x1p64f : dd > 0x1p100f ? 0x1p-64f : 1.0f;
         const float ds = __fmul_rn(dd, sc);
         float r = rcp_approx(ds);
@@ -101,32 +102,28 @@ __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], cons
             qa[i] = quant(fa[i]);
             qb[i] = quant(fb[i]);
         }
-        qs = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) qs += qa[i] + qb[i];
-        dh = __half2float(__float2half_rn(dd));
-        return;
-    }
-    const float dd = __fdiv_rn(amax, 127.0f);
-    if (dd >= 0x1p-100f && dd <= 0x1p100f) {
-        float r = rcp_approx(dd);
-        r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
-        auto quant = [&](uint32_t w) {
-            const float x = __uint_as_float(w), q0 = __fmul_rn(x, r);
-            return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, x), q0)));
-        };
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            qa[i] = quant(fa[i]);
-            qb[i] = quant(fb[i]);
-        }
     } else {
+        dd = __fdiv_rn(amax, 127.0f);
+        if (dd >= 0x1p-100f && dd <= 0x1p100f) {
+            float r = rcp_approx(dd);
+            r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
+            auto quant = [&](uint32_t w) {
+                const float x = __uint_as_float(w), q0 = __fmul_rn(x, r);
+                return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, x), q0)));
+            };
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            qa[i] = qb[i] = 0;
-            if (amax != 0.0f) {
-                qa[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fa[i]), dd)));
-                qb[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fb[i]), dd)));
+            for (int i = 0; i < 4; ++i) {
+                qa[i] = quant(fa[i]);
+                qb[i] = quant(fb[i]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                qa[i] = qb[i] = 0;
+                if (amax != 0.0f) {
+                    qa[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fa[i]), dd)));
+                    qb[i] = static_cast<int>(roundf(__fdiv_rn(__uint_as_float(fb[i]), dd)));
+                }
             }
         }
     }

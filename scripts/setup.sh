@@ -10,8 +10,9 @@ KPR_JOBS="${KPR_JOBS:-$(nproc)}"
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
-# Debian 12 packages kpr builds and tests with. Nothing else is downloaded.
-KPR_PACKAGES=(cmake ninja-build g++ pkg-config python3
+# Debian 12 packages kpr builds and tests with. Nothing else is downloaded. (xz-utils: scripts/device-pack and
+# scripts/device-ab, whose ctest makes an archive.)
+KPR_PACKAGES=(cmake ninja-build g++ pkg-config python3 xz-utils
               libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
               libgtest-dev libgmock-dev libbenchmark-dev)
 

@@ -119,8 +119,15 @@ Command add_selftest(CLI::App &root, Globals &g) {
                     std::cout << fmt::format("{} passed, {} failed, {} skipped (seed {}; rerun with --seed {})\n", passed,
                                              failed, skipped, all.empty() ? 0 : all.front().seed, all.empty() ? 0 : all.front().seed);
                 }
-                if (all.empty()) std::cerr << "kpr: no self-test cases matched\n";
                 note_state(rt, all, a->filter.empty());
+                if (all.empty() && !a->filter.empty()) {
+                    // a filter that selects nothing is a mistake (often the case: "q4_K", not "q4_k"), not a pass
+                    std::cerr << fmt::format("kpr: error: no self-test cases matched --filter '{}' (case names are "
+                                             "case-sensitive; run without --filter to see them)\n",
+                                             a->filter);
+                    return 1;
+                }
+                if (all.empty()) std::cerr << "kpr: no self-test cases matched\n";
                 return failed ? 1 : 0;
             }};
 }

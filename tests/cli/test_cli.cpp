@@ -385,7 +385,11 @@ TEST_F(Cli, SelftestPrintedSeedReproducesARandomRun) {
 
 TEST_F(Cli, SelftestWithNothingToRun) {
     auto r = run_kpr({"selftest", "--provider", "generic_cpu", "--filter", "no such case"});
-    EXPECT_TRUE(contains(r.err, "no self-test cases matched")) << show(r);
+    EXPECT_EQ(r.exit_code, 1) << show(r); // a filter that selects nothing fails: it is not a pass
+    EXPECT_TRUE(contains(r.err, "no self-test cases matched --filter 'no such case'")) << show(r);
+    auto k = run_kpr({"selftest", "--provider", "generic_cpu", "--filter", "Q8_0"}); // names say q8_0
+    EXPECT_EQ(k.exit_code, 1) << show(k);
+    EXPECT_TRUE(contains(k.err, "case-sensitive")) << show(k);
     auto u = run_kpr({"selftest", "--provider", "generic_cpx"});
     EXPECT_EQ(u.exit_code, 1) << show(u);
     EXPECT_TRUE(contains(u.err, "generic_cpx")) << show(u);

@@ -58,6 +58,17 @@ __device__ __forceinline__ float rcp_approx(float d) {
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
     return r;
 }
+// __fdiv_rn's fast path in two parts, so that a block's values share the first: the refined reciprocal of d,
+// and round(x / d) from it (a product and one correction). Exact quotients where d is in [2^-100, 2^100] and
+// |x| <= 127 d (see q8_1_quantize_quad).
+__device__ __forceinline__ float rcp_refined(float d) {
+    const float r = rcp_approx(d);
+    return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+__device__ __forceinline__ int quant_by_rcp(float x, float d, float r) {
+    const float q0 = __fmul_rn(x, r);
+    return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, d, x), q0)));
+}
 
 // One 32-value block held by four consecutive lanes (a group of lanes 4g..4g+3), 8 values per lane in fa
 // and fb (as float bits): the same quants, scale and sum as q8_1_quantize_lane. The lane's quants (qa, qb),
@@ -70,8 +81,9 @@ __device__ __forceinline__ float rcp_approx(float d) {
 // branch, so that the compiler may schedule the block among other work: d = amax / 127 as a product by
 // RN(1/127) and one fused correction (equal to the IEEE division for every non-negative float: all 2^31
 // checked on the CPU by the test program in docs/measurements/h200-branch-free-quantization-experiment.patch,
-// a sample and the edge ranges by tests/providers/test_q8_1_branch_free.cpp); where d lies outside [2^-100, 2^100], x and d are first scaled by 2^64 or 2^-64 (exact, or, for huge d,
-// inexact only where |x / d| < 2^-162, which rounds to 0 either way); d = 0 and d = inf give 0 by a select,
+// a sample and the edge ranges by tests/providers/test_q8_1_branch_free.cpp); where d lies outside
+// [2^-100, 2^100], x and d are first scaled by 2^64 or 2^-64 (exact, or, for huge d, inexact only where
+// |x / d| < 2^-162, which rounds to 0 either way); d = 0 and d = inf give 0 by a select,
 // as the division does (x / inf = 0; inf / inf is NaN, which the conversion turns into 0).
 template <bool BRANCH_FREE = false>
 __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], const uint32_t (&fb)[4], int (&qa)[4],
@@ -88,13 +100,10 @@ __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], cons
         const float e0 = __fmul_rn(amax, k127);
         dd = e0 == inf ? e0 : __fmaf_rn(__fmaf_rn(-e0, 127.0f, amax), k127, e0);
         const float sc = dd < 0x1p-100f ? 0x1p64f : dd > 0x1p100f ? 0x1p-64f : 1.0f;
-        const float ds = __fmul_rn(dd, sc);
-        float r = rcp_approx(ds);
-        r = __fmaf_rn(r, __fmaf_rn(-ds, r, 1.0f), r);
+        const float ds = __fmul_rn(dd, sc), r = rcp_refined(ds);
         const bool zero = !(amax > 0.0f) || e0 == inf;
         auto quant = [&](uint32_t w) {
-            const float x = __fmul_rn(__uint_as_float(w), sc), q0 = __fmul_rn(x, r);
-            const int q = static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, ds, x), q0)));
+            const int q = quant_by_rcp(__fmul_rn(__uint_as_float(w), sc), ds, r);
             return zero ? 0 : q;
         };
 #pragma unroll
@@ -105,12 +114,8 @@ __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], cons
     } else {
         dd = __fdiv_rn(amax, 127.0f);
         if (dd >= 0x1p-100f && dd <= 0x1p100f) {
-            float r = rcp_approx(dd);
-            r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
-            auto quant = [&](uint32_t w) {
-                const float x = __uint_as_float(w), q0 = __fmul_rn(x, r);
-                return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, x), q0)));
-            };
+            const float r = rcp_refined(dd);
+            auto quant = [&](uint32_t w) { return quant_by_rcp(__uint_as_float(w), dd, r); };
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 qa[i] = quant(fa[i]);

@@ -117,12 +117,8 @@ __device__ __forceinline__ void quantize_regs(const float (&v)[N], float amax, i
         sum += q0 + q1 + q2 + q3;
     };
     if (dd >= 0x1p-100f && dd <= 0x1p100f) {
-        float r = rcp_approx(dd);
-        r = __fmaf_rn(r, __fmaf_rn(-dd, r, 1.0f), r);
-        auto quant = [&](float xv) {
-            const float q0 = __fmul_rn(xv, r);
-            return static_cast<int>(roundf(__fmaf_rn(r, __fmaf_rn(-q0, dd, xv), q0)));
-        };
+        const float r = rcp_refined(dd);
+        auto quant = [&](float xv) { return quant_by_rcp(xv, dd, r); };
 #pragma unroll
         for (int i = 0; i < N / 4; ++i) pack(i, quant(v[4 * i]), quant(v[4 * i + 1]), quant(v[4 * i + 2]), quant(v[4 * i + 3]));
     } else {

@@ -26,7 +26,7 @@ Command add_plan(CLI::App &root, Globals &g) {
     sub->add_option("--device", a->device, "cpu (default), cuda:N, or the simulated device");
     sub->add_option("--provider", a->provider, "ask only this provider");
     sub->add_option("--simulate-device", g.simulate,
-                    "negotiate for a GPU kpr is not running on: p100, p40, v100, t4, a100, rtx3090, l4, h100, h200, or a TOML device file");
+                    "negotiate for a GPU kpr is not running on: p100, p40, gtx1080, v100, t4, a100, rtx3090, l4, h100, h200, or a TOML device file");
     sub->add_flag("--explain", a->explain, "show every provider's answer and the reason");
     sub->add_flag("--json", a->json, "one JSON object: provider (or null), device, answers");
     return {sub, [&g, a] {

@@ -6,9 +6,11 @@
  * one symbol, KPR_PROVIDER_ENTRY_SYMBOL ("kpr_provider_entry"), of type kpr_provider_entry_fn.
  *
  * Life of a provider, as the core drives it:
- *   1. kpr_provider_entry(offer, answer)    version handshake: the core offers [abi_min, abi_max],
+ *   1. kpr_provider_entry(offer, answer, err)
+ *                                           version handshake: the core offers [abi_min, abi_max],
  *                                           the provider answers with the version it speaks and its
- *                                           function table. A different major is refused by the core.
+ *                                           function table (or a message in err). A different major
+ *                                           is refused by the core.
  *   2. table->init(host, &state, err)       (optional) once, before anything else in the table.
  *   3. table->identity / option_*           who it is, which options it takes.
  *   4. table->query(op, device, options)    accept with a score and memory sizes, or decline with a

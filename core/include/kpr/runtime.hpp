@@ -3,7 +3,7 @@
 //   kpr::Runtime rt = kpr::Runtime::create({});              // probe devices, read config, load providers
 //   auto plan = rt.plan(kpr::gemv(KPR_TYPE_Q8_0, 4096, 4096, 1), "cpu");   // negotiate (cached per key)
 //   if (!plan->ok()) throw ...;                               // plan->explain() says why nothing serves it
-//   kpr::PreparedOp op = plan->prepare(weights);             // bind the weights once
+//   kpr::PreparedOp op = plan->prepare(weights, bytes);      // bind the weights (and their size) once
 //   op.run(x, y, /*ncols=*/1);                               // as often as wanted, from any thread
 //
 // Every call is thread-safe. Errors are thrown as kpr::Error with a message that names the input.
@@ -35,11 +35,12 @@ struct Device {
 // Names of the CPU feature bits that are set, "avx2 fma f16c ...".
 std::string cpu_feature_names(uint64_t features);
 
-// Built-in descriptions of GPUs kpr is not running on (`kpr plan --simulate-device`): p100, p40, v100,
-// t4, a100, h100, h200, rtx3090, ...; nullopt for an unknown name.
+// Built-in descriptions of GPUs kpr is not running on (`kpr plan --simulate-device`): p100 (or gp100),
+// p40, gtx1080, v100, t4, a100, rtx3090, l4, h100, h200; nullopt for an unknown name.
 std::optional<Device> simulated_device(const std::string &name);
 std::vector<std::string> simulated_device_names();
-// A device description from a TOML file ([device] kind, name, cc = "6.0", sm_count, ...).
+// A device description from a TOML file ([device] like, name, cc = "6.0", sm_count, ...; docs/config.md,
+// "Simulated devices").
 Device load_device_file(const std::filesystem::path &file);
 
 // ---- ops ----------------------------------------------------------------------------------------

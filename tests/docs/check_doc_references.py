@@ -5,6 +5,10 @@ Source comments, READMEs and docs cite measurements as  docs/NAME.md "Section ti
 cut short and may wrap over comment lines), link Markdown files with  [text](path), and name files under
 docs/ by path; an index table (a Markdown table with a "section" column) names sections of its own file, and
 a bare  section "Title"  in a Markdown file names a section of that file or of another file under docs/.
+A Markdown file (README.md, a provider's README, a page under docs/) that names a file by a path with a folder
+and an extension (abi/include/kpr/ggml_blocks.h, ../config/default.toml) must name one that exists, relative
+to the repository root, to the Markdown file's folder, or to an include folder (abi/include, core/include:
+kpr/provider.h).
 When a document is split or a section renamed, those references rot silently; this check makes them fail a
 test instead.
 
@@ -35,6 +39,10 @@ MORE_TITLES = re.compile(r'\s*(?:,|and|,\s*and)\s*"([^"\n]{3,200})"')
 BARE_SECTION = re.compile(r'(?<![\w/.-]\.md )(?<!\.md`)(?<!\.md, )\(?\bsection "([^"\n]{3,200})"')
 MD_LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 DOC_PATH = re.compile(r"(?<![\w/.-])(docs/[A-Za-z0-9_./-]+\.(?:md|txt|patch))")
+# a file path with at least one folder and a known extension, not part of a longer token or a placeholder
+REPO_PATH = re.compile(r"(?<![\w/.$<>~*-])((?:\.\./)*(?:[A-Za-z0-9_.-]+/)+[A-Za-z0-9_.-]+"
+                       r"\.(?:md|h|hpp|c|cc|cpp|cu|cuh|inc|toml|py|json|cmake|txt|sh))(?![\w/-])")
+INCLUDE_DIRS = ("abi/include", "core/include")
 COMMENT_PREFIX = re.compile(r"\n[ \t]*(?://+|#+|\*|>)?[ \t]*")
 
 
@@ -136,6 +144,11 @@ def check(root):
                 t = m.group(1)
                 if not names_heading(own, t) and not any(title_ok(d, t) for d in all_docs):
                     problems.append(f'{rel}: names section "{t}", which neither it nor any file under docs/ has')
+            for m in REPO_PATH.finditer(text):
+                target = m.group(1)
+                bases = [root, os.path.dirname(path)] + [os.path.join(root, d) for d in INCLUDE_DIRS]
+                if not any(os.path.exists(os.path.normpath(os.path.join(b, target))) for b in bases):
+                    problems.append(f"{rel}: names {target}, which does not exist")
             for m in MD_LINK.finditer(text):
                 target = m.group(1)
                 if re.match(r"^[a-z]+:", target) or target.startswith("#"):
@@ -156,6 +169,9 @@ def self_test():
             f.write("[log](log.md) [gone](gone.md) [web](https://example.com/x.md)\n\n## Kept\n\n"
                     "| what | section |\n|---|---|\n| a | Kept |\n| b | Lost |\n\nSee section \"Method\" and section \"Kept\";\n"
                     "section \"Nowhere\" is gone.\n")
+        with open(os.path.join(root, "providers", "p", "README.md"), "w") as f:
+            f.write("Layouts: `shared/formats/README.md` (gone); kernels in `providers/p/k.cuh`, `k.cuh` and\n"
+                    "../p/k.cuh; the header kpr/nothing.h.\n")
         with open(os.path.join(root, "providers", "p", "k.cuh"), "w") as f:
             f.write('// measured (docs/log.md "Bulk copies for\n// the weight ring"), and docs/log.md, "Method".\n// `docs/log.md` (section "Method")\n// (see docs/log.md)")\n'
                     '// wrong: docs/log.md "Tensor copies", docs/gone.md "Anything"; see docs/missing.txt\n'
@@ -170,6 +186,8 @@ def self_test():
             'providers/p/k.cuh: names docs/gone.md, which does not exist',
             'providers/p/k.cuh: names docs/missing.txt, which does not exist',
             'providers/p/k.cuh: cites docs/log.md "No such", which has no such section',
+            'providers/p/README.md: names shared/formats/README.md, which does not exist',
+            'providers/p/README.md: names kpr/nothing.h, which does not exist',
         ])
         if got != want:
             print("self-test failed\n  reported:\n    " + "\n    ".join(got) + "\n  expected:\n    " + "\n    ".join(want))

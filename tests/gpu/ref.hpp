@@ -1,5 +1,5 @@
 // ref.hpp -- a deliberately plain CPU reference for the GPU tests: scalar dequantization of every
-// weight type straight from the format description (shared/formats/README.md), q8_1 activation
+// weight type straight from the format description (abi/include/kpr/ggml_blocks.h), q8_1 activation
 // rounding, random blocks with sane scales. Written independently of the kernels' decoding code.
 #pragma once
 

@@ -1,5 +1,5 @@
 // The tests' own scalar reference: dequantize a GGUF block row to float, straight from the format's
-// definition (shared/formats/README.md and ggml's documented layouts), plus ggml's activation
+// definition (abi/include/kpr/ggml_blocks.h and ggml's documented layouts), plus ggml's activation
 // quantizers. Deliberately simple and independent of the provider's code.
 #pragma once
 

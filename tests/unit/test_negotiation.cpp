@@ -1,4 +1,4 @@
-// Negotiation ("Who wins a key" in ../shared/design.md): disabled providers are not asked, forced
+// Negotiation ("Who wins an op" in docs/config.md): disabled providers are not asked, forced
 // providers win when they accept (require = true makes a decline an error), then priority, then the
 // provider's score, then the name. Plus opt-in providers, the environment, rules per device, explain,
 // the plan's JSON, caching and concurrent planning.

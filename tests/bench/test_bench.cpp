@@ -516,6 +516,23 @@ TEST_F(Bench, ReportLeavesNoTemporary) {
     }
 }
 
+// A write that fails part way (a file-size limit stands in for a full disk: SIGXFSZ ignored, so write(2)
+// says EFBIG) is an error naming the report file, exit 1, and leaves neither a truncated report nor a
+// temporary behind.
+TEST_F(Bench, ReportWriteFailureIsAnErrorAndLeavesNothing) {
+    fs::path dir = tmp.dir("report");
+    std::vector<std::string> argv = {"/bin/sh", "-c", "trap '' XFSZ; ulimit -f 1 || exit 99; exec \"$0\" \"$@\"",
+                                     kpr_binary().string(), "bench", "--type", "q8_0", "--rows", "64", "--cols", "256",
+                                     "--ncols", "1", "--report", dir.string()};
+    argv.insert(argv.end(), kQuick.begin(), kQuick.end());
+    auto r = kpr_test::run_command(argv, {{"XDG_STATE_HOME", (tmp.path() / "state").string()},
+                                          {"XDG_CONFIG_HOME", (tmp.path() / "confighome").string()}});
+    ASSERT_NE(r.exit_code, 99) << "ulimit -f is not available: " << show(r);
+    EXPECT_EQ(r.exit_code, 1) << show(r);
+    EXPECT_NE(r.err.find((dir / "report.json").string()), std::string::npos) << show(r);
+    EXPECT_EQ(names_in(dir), std::set<std::string>{}) << show(r);
+}
+
 TEST_F(Bench, ReportRendersInHeadlessChromium) {
     std::string chromium = find_chromium();
     if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (Debian: apt-get install chromium)";

@@ -73,7 +73,7 @@ Command add_calibrate(CLI::App &root, Globals &g) {
         std::string model, shapes, device = "cpu", output, ncols = "1", providers;
         int reps = 9, warmup = 2;
         uint64_t rotate_mb = 0;
-        bool json = false, no_selftest = false;
+        bool json = false, no_selftest = false, replace_invalid = false;
     };
     auto a = std::make_shared<Args>();
     auto *sub = root.add_subcommand("calibrate",
@@ -91,6 +91,10 @@ Command add_calibrate(CLI::App &root, Globals &g) {
     sub->add_option("--rotate-mb", a->rotate_mb, "weight bytes to rotate through, MiB (default as kpr bench)");
     sub->add_flag("--no-selftest", a->no_selftest, "do not run self-tests first (a failing provider could then win)");
     sub->add_flag("--json", a->json, "print the entries written as JSON");
+    sub->add_flag("--replace-invalid", a->replace_invalid,
+                  "when the existing calibration file cannot be read (a syntax error, a bad entry, a newer version), "
+                  "start a new one in its place, losing its entries; without this flag that is an error and the file "
+                  "is left as it is");
     return {sub, [&g, a] {
                 if (a->model.empty() == a->shapes.empty()) throw Error("calibrate: give --model FILE.gguf or --shapes FILE", 2);
                 std::vector<uint32_t> ncols = bench::parse_ncols(a->ncols);
@@ -118,7 +122,14 @@ Command add_calibrate(CLI::App &root, Globals &g) {
                     try {
                         cal = calibration::File::load(path);
                     } catch (const Error &e) {
-                        std::cerr << fmt::format("kpr: warning: starting a new calibration file: {}\n", e.what());
+                        // Never discard somebody's entries silently: stop before any timing, file unchanged.
+                        if (!a->replace_invalid)
+                            throw Error(fmt::format("{}: the existing calibration file cannot be used ({}); fix or move it, "
+                                                    "or pass --replace-invalid to start a new one in its place",
+                                                    path.string(), e.what()));
+                        std::cerr << fmt::format("kpr: warning: --replace-invalid: replacing {} with a new calibration file: {}\n",
+                                                 path.string(), e.what());
+                        cal = calibration::File{};
                     }
                 }
                 cal.devices[dev.id] = calibration::record_of(dev);

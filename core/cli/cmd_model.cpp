@@ -7,6 +7,7 @@
 #include <kpr/npy.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 namespace kpr::cli {
@@ -38,6 +39,20 @@ Command add_gemv(CLI::App &root, Globals &g) {
     sub->add_option("--device", a->device, "cpu (default) or cuda:N");
     sub->add_option("--provider", a->provider, "negotiate only with this provider");
     return {sub, [&g, a] {
+                // The output replaces its name by rename: refuse a name that is one of the inputs (the same
+                // path, another spelling of it, a symlink to it), as kpr requant does.
+                {
+                    std::error_code ec;
+                    const std::filesystem::path out_real = std::filesystem::weakly_canonical(a->output, ec);
+                    for (auto &[what, in] : {std::pair<const char *, std::string>{"--model", a->model},
+                                             {"--input", a->input}, {"--ids", a->ids}}) {
+                        if (in.empty()) continue;
+                        std::error_code ec2;
+                        if (out_real == std::filesystem::weakly_canonical(in, ec2))
+                            throw Error(fmt::format("--output {}: is the {} file {}; kpr gemv never overwrites its inputs",
+                                                    a->output, what, in), 2);
+                    }
+                }
                 gguf::File f = gguf::File::open(a->model);
                 const gguf::Tensor *t = f.find_tensor(a->tensor);
                 if (!t) throw Error(fmt::format("{}: no tensor named '{}' ({} tensors in the file)", a->model, a->tensor,

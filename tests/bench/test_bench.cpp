@@ -412,6 +412,52 @@ TEST_F(Bench, AProviderFailingItsSelftestNeverWins) {
     EXPECT_FALSE(fs::exists(s.calibration)) << "--output is where it goes";
 }
 
+// Names in a folder; for checking that no temporary is left beside what was written.
+std::set<std::string> names_in(const fs::path &dir) {
+    std::set<std::string> s;
+    for (auto &e : fs::directory_iterator(dir)) s.insert(e.path().filename().string());
+    return s;
+}
+
+// An existing calibration file that cannot be read is never replaced silently: exit 1 naming the file,
+// the file byte for byte as it was. --replace-invalid starts a new one in its place.
+TEST_F(Bench, CalibrateRefusesAnUnreadableFileUnlessReplaceInvalid) {
+    auto s = calibration_setup(tmp);
+    fs::path shapes = tmp.write("shapes.txt", "q8_0 64 256\n");
+    std::vector<std::string> g = {"--config", s.config.string(), "--provider-path", s.providers.string()};
+    fs::path dir = tmp.dir("cal");
+    const fs::path out = dir / "calibration.toml";
+    const std::vector<std::string> bad = {
+        "version = 1\n[[entries]\n",                                   // TOML syntax error
+        "version = 2\n",                                                // a newer kpr's file
+        "version = 1\n[[entries]]\ndevice = \"cpu\"\nkind = \"gemv\"\ntype = \"nonsense\"\nrows = 1\ncols = 32\nncols = 1\n",
+    };
+    const std::vector<std::string> calibrate = {"calibrate", "--shapes", shapes.string(), "--reps", "2", "--rotate-mb", "1",
+                                                "--no-selftest", "--output", out.string()};
+    for (const std::string &text : bad) {
+        SCOPED_TRACE(text);
+        std::ofstream(out, std::ios::binary | std::ios::trunc) << text;
+        auto r = run_kpr(cat(g, calibrate));
+        EXPECT_EQ(r.exit_code, 1) << show(r);
+        EXPECT_NE(r.err.find(out.string()), std::string::npos) << show(r);
+        EXPECT_NE(r.err.find("--replace-invalid"), std::string::npos) << show(r);
+        EXPECT_EQ(read_file(out), text);
+        EXPECT_EQ(names_in(dir), (std::set<std::string>{"calibration.toml"}));
+    }
+    auto r = run_kpr(cat(cat(g, calibrate), {"--replace-invalid"}));
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+    EXPECT_NE(r.err.find("--replace-invalid"), std::string::npos) << show(r);  // the warning says what was lost
+    auto cal = kpr::calibration::File::load(out);
+    EXPECT_EQ(cal.entries.size(), 1u) << read_file(out);
+    EXPECT_EQ(names_in(dir), (std::set<std::string>{"calibration.toml"}));
+    // A valid file is merged into, flag or not.
+    fs::path shapes2 = tmp.write("shapes2.txt", "f32 32 64\n");
+    r = run_kpr(cat(g, {"calibrate", "--shapes", shapes2.string(), "--reps", "2", "--rotate-mb", "1", "--no-selftest",
+                        "--output", out.string()}));
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+    EXPECT_EQ(kpr::calibration::File::load(out).entries.size(), 2u) << read_file(out);
+}
+
 TEST_F(Bench, CalibrateModelKeysAndMissingInput) {
     fs::path m = tiny_model();
     fs::path out = tmp.path() / "c.toml";
@@ -450,6 +496,41 @@ TEST_F(Bench, ReportIsSelfContained) {
     EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg")) << "no network resources";
     EXPECT_EQ(html.find("https://"), std::string::npos);
     EXPECT_EQ(html.find("<script"), std::string::npos);
+}
+
+// The report's files are written through temporaries renamed into place: both appear, complete, with
+// nothing else in the folder, and a second run replaces them (a file already there is not appended to).
+TEST_F(Bench, ReportLeavesNoTemporary) {
+    fs::path dir = tmp.path() / "report";
+    fs::create_directories(dir);
+    { std::ofstream(dir / "report.json") << "old, not JSON"; }
+    for (int run = 0; run < 2; ++run) {
+        auto r = run_kpr(cat({"bench", "--type", "q8_0", "--rows", "64", "--cols", "256", "--ncols", "1", "--report",
+                              dir.string()},
+                             kQuick));
+        ASSERT_EQ(r.exit_code, 0) << show(r);
+        EXPECT_EQ(names_in(dir), (std::set<std::string>{"report.html", "report.json"}));
+        EXPECT_NO_THROW(json::parse(read_file(dir / "report.json")));
+        const std::string html = read_file(dir / "report.html");
+        EXPECT_NE(html.find("</html>"), std::string::npos) << "truncated page";
+    }
+}
+
+// A write that fails part way (a file-size limit stands in for a full disk: SIGXFSZ ignored, so write(2)
+// says EFBIG) is an error naming the report file, exit 1, and leaves neither a truncated report nor a
+// temporary behind.
+TEST_F(Bench, ReportWriteFailureIsAnErrorAndLeavesNothing) {
+    fs::path dir = tmp.dir("report");
+    std::vector<std::string> argv = {"/bin/sh", "-c", "trap '' XFSZ; ulimit -f 1 || exit 99; exec \"$0\" \"$@\"",
+                                     kpr_binary().string(), "bench", "--type", "q8_0", "--rows", "64", "--cols", "256",
+                                     "--ncols", "1", "--report", dir.string()};
+    argv.insert(argv.end(), kQuick.begin(), kQuick.end());
+    auto r = kpr_test::run_command(argv, {{"XDG_STATE_HOME", (tmp.path() / "state").string()},
+                                          {"XDG_CONFIG_HOME", (tmp.path() / "confighome").string()}});
+    ASSERT_NE(r.exit_code, 99) << "ulimit -f is not available: " << show(r);
+    EXPECT_EQ(r.exit_code, 1) << show(r);
+    EXPECT_NE(r.err.find((dir / "report.json").string()), std::string::npos) << show(r);
+    EXPECT_EQ(names_in(dir), std::set<std::string>{}) << show(r);
 }
 
 TEST_F(Bench, ReportRendersInHeadlessChromium) {

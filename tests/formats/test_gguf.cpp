@@ -221,6 +221,21 @@ TEST(Gguf, WriterIsAtomic) {
     EXPECT_THROW(bad.write(path), kpr::Error);
     EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
     EXPECT_EQ(gguf::File(path).get_string("general.name"), "first");
+    // The temporary is a new file of its own: a file named like the old fixed temporary (out.gguf.tmp) is
+    // neither truncated nor removed, by a failed write or a successful one, and nothing else is left.
+    std::ofstream(path + ".tmp", std::ios::binary) << "somebody's file";
+    EXPECT_THROW(bad.write(path), kpr::Error);
+    gguf::Writer good;
+    good.add_string("general.name", "third");
+    good.write(path);
+    EXPECT_EQ(gguf::File(path).get_string("general.name"), "third");
+    {
+        std::ifstream in(path + ".tmp", std::ios::binary);
+        EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "somebody's file");
+    }
+    size_t files = 0;
+    for ([[maybe_unused]] auto &e : std::filesystem::directory_iterator(dir.path())) ++files;
+    EXPECT_EQ(files, 2u);
     // An unwritable place throws and creates nothing.
     EXPECT_THROW(bad.write(dir.file("no/such/dir/x.gguf")), kpr::Error);
 }

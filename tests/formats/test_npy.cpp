@@ -59,6 +59,9 @@ TEST(Npy, WriteReadRoundTrip) {
         const std::string p = dir.file("a.npy");
         kpr::npy::write(p, shape, data.data());
         EXPECT_FALSE(std::filesystem::exists(p + ".tmp"));
+        size_t files = 0;
+        for ([[maybe_unused]] auto &e : std::filesystem::directory_iterator(dir.path())) ++files;
+        EXPECT_EQ(files, 1u) << "a temporary was left";
         EXPECT_EQ(std::filesystem::file_size(p) % 64, (n * 4) % 64) << "data starts at a multiple of 64";
         const kpr::npy::Array a = kpr::npy::read(p);
         EXPECT_EQ(a.shape, shape);

@@ -262,6 +262,46 @@ TEST(Requant, NeverOverwritesItsInput) {
     EXPECT_EQ(listing(tmp.path()), (std::set<std::string>{"model.gguf"}));
 }
 
+// An input named like a temporary of its output (OUT.part, OUT.part.tmp: the names older versions used)
+// is never truncated or removed, on the convert path, the hard-link path and the copy path. Temporaries
+// have unique names of their own: nothing but the output is left beside the input.
+TEST(Requant, AnInputNamedLikeATemporaryIsKept) {
+    for (const char *suffix : {".part", ".part.tmp"})
+        for (int path = 0; path < 3; ++path) {  // 0 convert, 1 hard link (nothing to convert), 2 copy
+            SCOPED_TRACE(std::string(suffix) + (path == 0 ? " convert" : path == 1 ? " hard link" : " copy"));
+            TempDir tmp;
+            const fs::path out = tmp.path() / "m.gguf";
+            const fs::path in = tmp.path() / ("m.gguf" + std::string(suffix));
+            write_model(in, kModel);
+            const std::string before = slurp(in);
+            requant::Options o;
+            o.match = {path == 0 ? ".*" : "^blk\\.1\\.attn_q\\.weight$"};  // the latter is q8_0 already
+            o.copy = path == 2;
+            requant::Report rep = requant::run(in.string(), out.string(), o);
+            ASSERT_TRUE(fs::exists(in));
+            EXPECT_TRUE(slurp(in) == before) << "the input changed";
+            EXPECT_EQ(listing(tmp.path()), (std::set<std::string>{"m.gguf", in.filename().string()}));
+            ASSERT_EQ(rep.shards.size(), 1u);
+            EXPECT_EQ(rep.shards[0].action, path == 0 ? requant::ShardReport::Action::Written
+                                            : path == 1 ? requant::ShardReport::Action::HardLinked
+                                                        : requant::ShardReport::Action::Copied);
+            gguf::File a = gguf::File::open(in.string()), b = gguf::File::open(out.string());
+            expect_faithful(a, b, rep);
+        }
+}
+
+// Files that merely look like temporaries of the output (another run's, a user's) are left alone.
+TEST(Requant, OtherFilesBesideTheOutputAreLeftAlone) {
+    TempDir tmp;
+    const fs::path in = tmp.path() / "model.gguf", out = tmp.path() / "o.gguf";
+    write_model(in, kModel);
+    for (const char *name : {"o.gguf.part", "o.gguf.part.tmp", "o.gguf.tmp"}) tmp.write(name, std::string("keep ") + name);
+    requant::run(in.string(), out.string(), {});
+    for (const char *name : {"o.gguf.part", "o.gguf.part.tmp", "o.gguf.tmp"})
+        EXPECT_EQ(slurp(tmp.path() / name), std::string("keep ") + name);
+    EXPECT_EQ(listing(tmp.path()).size(), 5u);
+}
+
 TEST(Requant, ExistingOutputNeedsForce) {
     TempDir tmp;
     const fs::path in = tmp.path() / "model.gguf", out = tmp.path() / "out.gguf";

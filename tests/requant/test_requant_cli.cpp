@@ -137,6 +137,32 @@ TEST(RequantCli, SynthModelDefaultPatternTableAndRefusals) {
     expect_python_reads(tmp, in.string(), out, rr.report, 8);
 }
 
+// `kpr requant --match '.*' m.gguf.part m.gguf` (and an input named m.gguf.part.tmp): the input is kept byte
+// for byte, converted or hard-linked, and nothing else is left beside it.
+TEST(RequantCli, AnInputNamedLikeATemporaryIsKept) {
+    for (const char *suffix : {".part", ".part.tmp"})
+        // '.*' converts; a 1-D norm alone matches but converts nothing: the shard is hard-linked.
+        for (const std::string m : {".*", "^blk\\.0\\.attn_norm\\.weight$"}) {
+            SCOPED_TRACE(std::string(suffix) + " --match " + m);
+            TempDir tmp;
+            const fs::path out = tmp.path() / "m.gguf", in = tmp.path() / ("m.gguf" + std::string(suffix));
+            write_synth(in);
+            auto slurp = [](const fs::path &p) {
+                std::ifstream f(p, std::ios::binary);
+                return std::string(std::istreambuf_iterator<char>(f), {});
+            };
+            const std::string before = slurp(in);
+            CommandResult r = run_kpr({"requant", "--match", m, in.string(), out.string()});
+            ASSERT_EQ(r.exit_code, 0) << show(r);
+            ASSERT_TRUE(fs::exists(in)) << show(r);
+            EXPECT_TRUE(slurp(in) == before) << "the input changed";
+            std::set<std::string> names;
+            for (auto &e : fs::directory_iterator(tmp.path())) names.insert(e.path().filename().string());
+            EXPECT_EQ(names, (std::set<std::string>{"m.gguf", in.filename().string()}));
+            EXPECT_NO_THROW(kpr::gguf::File::open(out.string()));
+        }
+}
+
 // A `kpr synth` model (llama names, a mixture-of-experts layer): the dense projections become q8_0, the
 // experts stay as they were.
 TEST(RequantCli, KprSynthModel) {

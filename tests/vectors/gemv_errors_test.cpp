@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <set>
 #include <sys/wait.h>
 
 namespace {
@@ -133,6 +134,61 @@ TEST_F(GemvErrors, NotAGgufAndMissingFiles) {
     std::string m = write("ok.gguf", raw_gguf({}, 4 * 8 * 34));
     expect_error(gemv(m, write("x.txt", "not npy")), "x.txt");
     expect_error(fmt::format("gemv --model '{}' --tensor nope --input '{}' --output '{}'", m, x, out), "nope");
+}
+
+std::string slurp(const std::string &p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// An input named like the output's temporary in older versions (OUTPUT.tmp) is kept: the temporary has a
+// unique name of its own, and nothing but the output is left in the folder.
+TEST_F(GemvErrors, InputNamedLikeTheOutputsTemporaryIsKept) {
+    std::string m = write("ok.gguf", raw_gguf({}, 4 * 8 * 34));
+    const std::string in = out + ".tmp";
+    fs::copy_file(x, in);
+    const std::string before = slurp(in);
+    Result r = run(gemv(m, in));
+    ASSERT_EQ(r.code, 0) << r.output;
+    ASSERT_TRUE(fs::exists(in));
+    EXPECT_TRUE(slurp(in) == before) << "the input changed";
+    EXPECT_EQ(kpr::npy::read(out).shape, (std::vector<uint64_t>{1, 4}));
+    std::set<std::string> names;
+    for (auto &e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    EXPECT_EQ(names, (std::set<std::string>{"ok.gguf", "x.npy", "y.npy", "y.npy.tmp"}));
+}
+
+// --output naming the --model, --input or --ids file (by its own path, another spelling, a symlink) is
+// refused with exit 2 and a message naming the file; the file is unchanged.
+TEST_F(GemvErrors, OutputThatIsAnInputIsRefused) {
+    std::string m = write("ok.gguf", raw_gguf({}, 4 * 8 * 34));
+    std::string ids = (dir / "ids.npy").string();
+    std::vector<float> one = {0.0f};
+    kpr::npy::write(ids, {1, 1}, one.data());
+    fs::create_symlink(m, dir / "link.gguf");
+    struct Case {
+        std::string output, victim, option;
+    };
+    const std::vector<Case> cases = {
+        {m, m, "--model"},
+        {(dir / "." / "ok.gguf").string(), m, "--model"},
+        {(dir / "link.gguf").string(), m, "--model"},
+        {x, x, "--input"},
+        {ids, ids, "--ids"},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.output);
+        const std::string before = slurp(c.victim);
+        Result r = run(fmt::format("gemv --model '{}' --tensor w --input '{}' --ids '{}' --output '{}'", m, x, ids, c.output));
+        EXPECT_EQ(r.code, 2) << r.output;
+        EXPECT_NE(r.output.find(c.victim), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(c.option), std::string::npos) << r.output;
+        EXPECT_TRUE(slurp(c.victim) == before) << c.victim << " changed";
+    }
+    EXPECT_FALSE(fs::exists(out));
+    std::set<std::string> names;
+    for (auto &e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    EXPECT_EQ(names, (std::set<std::string>{"ok.gguf", "x.npy", "ids.npy", "link.gguf"}));
 }
 
 TEST_F(GemvErrors, UsageErrorsExitTwo) {

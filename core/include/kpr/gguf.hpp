@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
@@ -163,8 +164,9 @@ private:
     std::unordered_map<std::string, size_t> tensor_index_;
 };
 
-// Writes GGUF v3. Metadata and tensors are written in the order added. write() is atomic: it writes
-// `path.tmp` and renames it over `path`, removing the temporary on any failure.
+// Writes GGUF v3. Metadata and tensors are written in the order added. write() is atomic: it writes a
+// new temporary next to `path` (a unique name, created with O_EXCL, so no existing file is truncated)
+// and renames it over `path`, removing that temporary on any failure.
 class Writer {
 public:
     // Power of two; stored as the u32 key general.alignment (default 32, then not written).
@@ -200,6 +202,9 @@ public:
 
     size_t tensor_count() const { return tensors_.size(); }
     void write(const std::string &path) const;
+    // The same bytes to an open stream, without flushing, closing or renaming it: for a caller that
+    // manages its own temporary (kpr requant). Errors name `name`.
+    void write_stream(std::FILE *out, const std::string &name) const;
 
 private:
     struct PendingTensor {

@@ -18,7 +18,8 @@ struct Array {
 Array read(const std::string &path);
 
 // Writes `data` (product(shape) floats) as a version 1.0 .npy (2.0 when the header needs it),
-// atomically: `path.tmp`, then renamed over `path`.
+// atomically: a new temporary next to `path` (a unique name created with O_EXCL, so no existing file
+// is truncated), then renamed over `path`.
 void write(const std::string &path, const std::vector<uint64_t> &shape, const float *data);
 void write(const std::string &path, const Array &array);
 

@@ -2,6 +2,7 @@
 // consults them after force, disable and priority and before the providers' own scores. Entries whose
 // device or providers changed since they were measured are ignored and reported as stale.
 #include "runtime/internal.hpp"
+#include "util/atomic_file.hpp"
 
 #include <kpr/calibration.hpp>
 #include <kpr/formats.hpp>
@@ -214,23 +215,8 @@ void File::save(const fs::path &path) const {
     }
     std::error_code ec;
     if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-    fs::path tmp = path;
-    tmp += fmt::format(".tmp{}", (long)getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(fmt::format("{}: cannot write the calibration file", tmp.string()));
-        out << o;
-        out.flush();
-        if (!out) {
-            fs::remove(tmp, ec);
-            throw Error(fmt::format("{}: write failed", tmp.string()));
-        }
-    }
-    fs::rename(tmp, path, ec);
-    if (ec) {
-        fs::remove(tmp, ec);
-        throw Error(fmt::format("{}: cannot replace the calibration file: {}", path.string(), ec.message()));
-    }
+    // A temporary of our own (unique name, O_EXCL), renamed over the file once written and synced.
+    util::write_file_atomic(path.string(), o);
 }
 
 fs::path default_path(const Runtime &rt) {

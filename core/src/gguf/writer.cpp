@@ -1,7 +1,9 @@
-// GGUF v3 writer: everything in memory order, written to `path.tmp`, then renamed over `path`.
+// GGUF v3 writer: everything in memory order, written to a temporary of its own, then renamed over `path`.
 #include <kpr/error.hpp>
 #include <kpr/formats.hpp>
 #include <kpr/gguf.hpp>
+
+#include "../util/atomic_file.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -13,22 +15,15 @@
 namespace kpr::gguf {
 namespace {
 
+// Bytes to an open stream, counting the offset; errors name `name_` (the file being written).
 class Out {
 public:
-    Out(const std::string &final_path) : path_(final_path), tmp_(final_path + ".tmp") {
-        f_ = std::fopen(tmp_.c_str(), "wb");
-        if (!f_) throw Error(path_ + ": cannot create " + tmp_ + ": " + std::strerror(errno));
-        std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
-    }
-    ~Out() {
-        if (f_) {
-            std::fclose(f_);
-            std::remove(tmp_.c_str());
-        }
+    Out(std::FILE *f, const std::string &name) : name_(name), f_(f) {
+        if (!f_) throw Error(name_ + ": internal error: no stream to write the GGUF file to");
     }
     void bytes(const void *p, uint64_t n) {
         if (n && std::fwrite(p, 1, static_cast<size_t>(n), f_) != n)
-            throw Error(path_ + ": write failed at offset " + std::to_string(pos_) + ": " + std::strerror(errno));
+            throw Error(name_ + ": write failed at offset " + std::to_string(pos_) + ": " + std::strerror(errno));
         pos_ += n;
     }
     template <typename T>
@@ -49,24 +44,9 @@ public:
         }
     }
     uint64_t pos() const { return pos_; }
-    void commit() {
-        if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
-            throw Error(path_ + ": cannot flush " + tmp_ + ": " + std::strerror(errno));
-        const int rc = std::fclose(f_);
-        f_ = nullptr;
-        if (rc != 0) {
-            std::remove(tmp_.c_str());
-            throw Error(path_ + ": cannot close " + tmp_ + ": " + std::strerror(errno));
-        }
-        if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-            const int e = errno;
-            std::remove(tmp_.c_str());
-            throw Error(path_ + ": cannot rename " + tmp_ + " into place: " + std::strerror(e));
-        }
-    }
 
 private:
-    std::string path_, tmp_;
+    std::string name_;
     std::FILE *f_ = nullptr;
     uint64_t pos_ = 0;
 };
@@ -181,7 +161,14 @@ void Writer::add_tensor_generated(std::string name, uint32_t type, std::vector<u
 }
 
 void Writer::write(const std::string &path) const {
-    Out o(path);
+    // A temporary of our own (unique name, O_EXCL), renamed over `path` once complete.
+    util::TempFile tmp(path);
+    write_stream(tmp.stream(), path);
+    tmp.commit();
+}
+
+void Writer::write_stream(std::FILE *out, const std::string &name) const {
+    Out o(out, name);
     o.pod<uint32_t>(0x46554747u); // "GGUF"
     o.pod<uint32_t>(3);
     o.pod<uint64_t>(tensors_.size());
@@ -212,7 +199,6 @@ void Writer::write(const std::string &path) const {
         }
         o.pad_to(alignment_);
     }
-    o.commit();
 }
 
 } // namespace kpr::gguf

@@ -2,6 +2,8 @@
 #include <kpr/error.hpp>
 #include <kpr/npy.hpp>
 
+#include "../util/atomic_file.hpp"
+
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -187,24 +189,12 @@ void write(const std::string &path, const std::vector<uint64_t> &shape, const fl
         pre += '\x00';
         for (int k = 0; k < 4; ++k) pre += static_cast<char>((header.size() >> (8 * k)) & 0xff);
     }
-    const std::string tmp = path + ".tmp";
-    std::FILE *f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
-    bool ok = std::fwrite(pre.data(), 1, pre.size(), f) == pre.size() &&
-              std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-              (count == 0 || std::fwrite(data, sizeof(float), count, f) == count) && std::fflush(f) == 0 &&
-              ::fsync(::fileno(f)) == 0;
-    const int e = errno;
-    ok = (std::fclose(f) == 0) && ok;
-    if (!ok) {
-        std::remove(tmp.c_str());
-        throw Error(path + ": cannot write " + tmp + ": " + std::strerror(e));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e2 = errno;
-        std::remove(tmp.c_str());
-        throw Error(path + ": cannot rename " + tmp + " into place: " + std::strerror(e2));
-    }
+    // A temporary of our own (unique name, O_EXCL: never an existing file), renamed over `path`.
+    util::TempFile tmp(path);
+    tmp.write(pre);
+    tmp.write(header);
+    if (count) tmp.write(data, static_cast<size_t>(count) * sizeof(float));
+    tmp.commit();
 }
 
 void write(const std::string &path, const Array &array) {

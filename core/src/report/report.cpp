@@ -3,13 +3,14 @@
 #include <kpr/bench.hpp>
 #include <kpr/error.hpp>
 
+#include "util/atomic_file.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -311,11 +312,10 @@ void write_report(const std::string &dir, const std::string &json_text) {
     h += "<p style=\"color:#777;font-size:12px\">Written by kpr bench. Plots are inline SVG; the data is in report.json "
          "beside this page.</p></body></html>\n";
 
+    // Each file through a temporary of its own (unique name, O_EXCL), every write, the fsync and the close
+    // checked, then renamed into place: a full disk leaves the previous report (or none), never half of one.
     auto write = [&](const std::string &name, const std::string &text) {
-        std::filesystem::path p = std::filesystem::path(dir) / name;
-        std::ofstream out(p, std::ios::binary | std::ios::trunc);
-        out << text;
-        if (!out) throw Error(fmt::format("{}: cannot write", p.string()));
+        util::write_file_atomic((std::filesystem::path(dir) / name).string(), text);
     };
     write("report.json", j.dump(2) + "\n");
     write("report.html", h);

@@ -4,6 +4,8 @@
 #include <kpr/gguf.hpp>
 #include <kpr/requant.hpp>
 
+#include "../util/atomic_file.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -37,35 +39,43 @@ namespace {
 
 // ---- temporaries, visible to a signal handler ---------------------------------------------------------
 
-// The handler reads a published, immutable array of C strings; the owner keeps the strings alive.
-std::atomic<const char *const *> g_temp_paths{nullptr};
+// The handler reads a published array of C strings: a slot is filled (and the count raised) only after
+// the temporary it names has been created by this process, and cleared once that name has been renamed
+// into place, so the handler unlinks nothing but this run's own temporaries. The owner keeps the strings.
+std::atomic<std::atomic<const char *> *> g_temp_paths{nullptr};
 std::atomic<size_t> g_temp_count{0};
 
 class TempRegistry {
 public:
-    explicit TempRegistry(std::vector<std::string> paths) : paths_(std::move(paths)) {
-        for (auto &p : paths_) ptrs_.push_back(p.c_str());
+    explicit TempRegistry(size_t capacity) : ptrs_(new std::atomic<const char *>[capacity]), capacity_(capacity) {
+        paths_.reserve(capacity);  // no reallocation: the published c_str() pointers stay valid
+        for (size_t i = 0; i < capacity; ++i) ptrs_[i].store(nullptr);
         g_temp_count.store(0);
-        g_temp_paths.store(ptrs_.data());
-        g_temp_count.store(ptrs_.size());
+        g_temp_paths.store(ptrs_.get());
     }
     ~TempRegistry() {
+        // The TempFiles themselves remove what was not renamed into place.
         g_temp_count.store(0);
         g_temp_paths.store(nullptr);
-        if (!committed_)
-            for (auto &p : paths_) {
-                std::error_code ec;
-                fs::remove(p, ec);
-            }
     }
-    void committed() { committed_ = true; }
+    // `path` exists now, created by this process; returns its slot.
+    size_t add(const std::string &path) {
+        if (paths_.size() == capacity_) throw Error("requant: internal error: more temporaries than shards");
+        paths_.push_back(path);
+        const size_t i = paths_.size() - 1;
+        ptrs_[i].store(paths_[i].c_str());
+        g_temp_count.store(paths_.size());
+        return i;
+    }
+    // The name no longer holds our temporary (renamed into place or removed).
+    void forget(size_t slot) { ptrs_[slot].store(nullptr); }
     TempRegistry(const TempRegistry &) = delete;
     TempRegistry &operator=(const TempRegistry &) = delete;
 
 private:
     std::vector<std::string> paths_;
-    std::vector<const char *> ptrs_;
-    bool committed_ = false;
+    std::unique_ptr<std::atomic<const char *>[]> ptrs_;
+    size_t capacity_;
 };
 
 // ---- shards ----------------------------------------------------------------------------------------------
@@ -88,7 +98,9 @@ struct Plan {
 };
 
 struct ShardWork {
-    std::string input, output, part;  // part: what is renamed to output at the end
+    std::string input, output;
+    util::TempFile part;  // renamed to output at the end
+    size_t slot = 0;      // its TempRegistry slot
     std::unique_ptr<gguf::File> file;
     std::vector<Plan> plans;           // one per tensor, in file order
     size_t to_convert = 0;
@@ -160,21 +172,20 @@ void check_output_dir(const std::string &path) {
     if (!fs::is_directory(parent, ec)) throw Error(fmt::format("{}: the folder {} does not exist", path, parent.string()), 2);
 }
 
-// Hard link (or copy) `from` to `to`; returns a note when a hard link was asked for but a copy was made.
-std::string link_or_copy(const std::string &from, const std::string &to, bool copy) {
-    std::error_code ec;
+// A temporary for `to` that is a hard link (or a copy) of `from`; returns a note when a hard link was asked
+// for but a copy was made. The temporary has a unique name of its own: nothing that exists is replaced.
+std::string link_or_copy(const std::string &from, const std::string &to, bool copy, util::TempFile &out) {
+    std::string note;
     if (!copy) {
-        if (::link(from.c_str(), to.c_str()) == 0) return "";
-        const int e = errno;
-        if (e != EXDEV && e != EPERM && e != EMLINK && e != ENOTSUP)
-            throw Error(fmt::format("{}: cannot hard-link {}: {}", to, from, std::strerror(e)));
-        fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-        if (ec) throw Error(fmt::format("{}: cannot copy {}: {}", to, from, ec.message()));
-        return fmt::format("hard link not possible ({}): copied", std::strerror(e));
+        std::string why;
+        if (util::TempFile::link_to(from, to, out, &why)) return "";
+        note = fmt::format("hard link not possible ({}): copied", why);
     }
-    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw Error(fmt::format("{}: cannot copy {}: {}", to, from, ec.message()));
-    return "";
+    util::TempFile t(to);
+    t.copy_from(from);
+    t.finish();
+    out = std::move(t);
+    return note;
 }
 
 } // namespace
@@ -260,7 +271,6 @@ Report run(const std::string &input, const std::string &output, const Options &o
         ShardWork &w = work[s];
         w.input = inputs[s];
         w.output = outputs[s];
-        w.part = outputs[s] + ".part";
         w.file = std::make_unique<gguf::File>(gguf::File::open(w.input));
         for (const gguf::Tensor &t : w.file->tensors()) {
             Plan p;
@@ -295,15 +305,11 @@ Report run(const std::string &input, const std::string &output, const Options &o
         throw Error(fmt::format("{}: no tensor name matches {} (names look like: {})", input, pl, nl));
     }
 
-    // ---- write everything under temporary names, then rename the set into place
-    std::vector<std::string> temps;
-    for (auto &w : work) {
-        temps.push_back(w.part + ".tmp");  // gguf::Writer's own temporary
-        temps.push_back(w.part);
-    }
-    TempRegistry registry(temps);
-    for (auto &t : temps) fs::remove(t, ec);  // leftovers of a killed run (our own names)
-
+    // ---- write everything under temporary names, then rename the set into place. Each temporary is a
+    // new file with a unique name (util::TempFile: O_EXCL), so no existing file -- an input named like an
+    // old temporary included -- is ever truncated or removed. Those of a run killed outright (SIGKILL)
+    // stay behind under their unique names; nothing here deletes files by a guessed name.
+    TempRegistry registry(work.size());
     const unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
     for (auto &t : rep.tensors)
         if (t.action == TensorReport::Action::Kept && progress) progress(t);
@@ -314,7 +320,8 @@ Report run(const std::string &input, const std::string &output, const Options &o
         sr.converted = w.to_convert;
         if (w.to_convert == 0) {
             sr.action = options.copy ? ShardReport::Action::Copied : ShardReport::Action::HardLinked;
-            sr.note = link_or_copy(w.input, w.part, options.copy);
+            sr.note = link_or_copy(w.input, w.output, options.copy, w.part);
+            w.slot = registry.add(w.part.path());
             if (!sr.note.empty()) sr.action = ShardReport::Action::Copied;
         } else {
             gguf::Writer wr;
@@ -332,28 +339,29 @@ Report run(const std::string &input, const std::string &output, const Options &o
                     if (progress) progress(*tr);
                 });
             }
-            wr.write(w.part);
+            w.part = util::TempFile(w.output);
+            w.slot = registry.add(w.part.path());
+            wr.write_stream(w.part.stream(), w.output);
+            w.part.finish();
         }
         rep.shards.push_back(sr);
     }
     // Every shard is complete: rename them into place (replacing old outputs only with --force, checked above).
+    // When an output already is a hard link of the same file (a shard of an earlier run), commit() drops
+    // the temporary name instead. A failure here leaves the shards renamed so far and removes the rest.
     for (ShardWork &w : work) {
-        if (std::rename(w.part.c_str(), w.output.c_str()) != 0)
-            throw Error(fmt::format("{}: cannot rename {} into place: {}", w.output, w.part, std::strerror(errno)));
-        // rename() does nothing when both names are links to one file (a hard-linked shard of an earlier
-        // run, replaced by the same link): the output is already right, drop the temporary name.
-        fs::remove(w.part, ec);
+        w.part.commit();
+        registry.forget(w.slot);
     }
-    registry.committed();
     return rep;
 }
 
 void remove_temporaries_from_signal_handler() noexcept {
     const size_t n = g_temp_count.load();
-    const char *const *p = g_temp_paths.load();
+    std::atomic<const char *> *p = g_temp_paths.load();
     if (!p) return;
     for (size_t i = 0; i < n; ++i)
-        if (p[i]) ::unlink(p[i]);
+        if (const char *path = p[i].load()) ::unlink(path);
 }
 
 namespace {

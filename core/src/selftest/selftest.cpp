@@ -3,6 +3,7 @@
 
 #include "device/cuda_driver.hpp"
 #include "runtime/internal.hpp"
+#include "util/atomic_file.hpp"
 
 #include <kpr/calibration.hpp>
 
@@ -734,20 +735,10 @@ std::string record_selftest_results(const Runtime &rt, const std::vector<Selftes
                                 {"reason", r.reason}, {"when", r.when}, {"host", r.host}});
     std::error_code ec;
     std::filesystem::create_directories(file.parent_path(), ec);
-    std::filesystem::path tmp = file;
-    tmp += fmt::format(".tmp{}", getpid());
-    {
-        std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-        o << j.dump(2) << "\n";
-        if (!o) {
-            std::filesystem::remove(tmp, ec);
-            return fmt::format("{}: cannot write the self-test state file", file.string());
-        }
-    }
-    std::filesystem::rename(tmp, file, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        return fmt::format("{}: cannot write the self-test state file: {}", file.string(), ec.message());
+    try {
+        util::write_file_atomic(file.string(), j.dump(2) + "\n");
+    } catch (const Error &e) {
+        return fmt::format("{}: cannot write the self-test state file: {}", file.string(), e.what());
     }
     return warning;
 }

@@ -173,7 +173,9 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     const cuda::TypeDesc *td = cuda::type_desc(op->weight_type);
     const TypeKernel *k = find_kernel(op->weight_type);
     if (td == nullptr || k == nullptr) {
-        cuda::decline(offer, KPR_ERR_UNSUPPORTED, "weight type %u is not implemented by generic_cuda", op->weight_type);
+        char tb[16];
+        cuda::decline(offer, KPR_ERR_UNSUPPORTED, "type %s is not implemented by generic_cuda",
+                      cuda::type_label(op->weight_type, tb));
         return KPR_OK;
     }
     if (!cuda::check_op_shape(op, offer, td->qk == 1 ? 32 : td->qk)) return KPR_OK;

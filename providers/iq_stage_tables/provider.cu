@@ -76,8 +76,9 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
         return KPR_OK;
     }
     if (kernel_for(op->weight_type) == nullptr) {
-        decline(offer, KPR_ERR_UNSUPPORTED, "iq_stage_tables serves IQ3_XXS and IQ3_S only (asked for type %u)",
-                op->weight_type);
+        char tb[16];
+        decline(offer, KPR_ERR_UNSUPPORTED, "iq_stage_tables serves iq3_xxs and iq3_s only, not %s",
+                type_label(op->weight_type, tb));
         return KPR_OK;
     }
     if (!check_op_shape(op, offer, 256)) return KPR_OK;

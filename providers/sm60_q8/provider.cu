@@ -62,6 +62,7 @@ const kpr_provider_identity *p_identity(void *) {
                         "dp4a emulation on 6.0";
         i.sass_archs = sass_archs(&i.n_sass_archs);
         i.ptx_archs = ptx_archs(&i.n_ptx_archs);
+        i.opt_in = 1; // off unless enabled: config/pascal-gp100.toml enables it on 6.0 by a rule
         return i;
     }();
     return &id;
@@ -90,7 +91,8 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
         return KPR_OK;
     }
     if (op->weight_type != KPR_TYPE_Q8_0) {
-        decline(offer, KPR_ERR_UNSUPPORTED, "sm60_q8 serves Q8_0 only (asked for type %u)", op->weight_type);
+        char tb[16];
+        decline(offer, KPR_ERR_UNSUPPORTED, "sm60_q8 serves q8_0 only, not %s", type_label(op->weight_type, tb));
         return KPR_OK;
     }
     if (op->kind != KPR_OP_GEMV) {

@@ -7,6 +7,7 @@
 #include "test_support.hpp"
 
 #include <regex>
+#include <tuple>
 
 namespace {
 
@@ -195,6 +196,59 @@ TEST_F(Cli, PlanOnASimulatedGp100) {
     EXPECT_TRUE(contains(r.out, "56 SMs")) << show(r);
 }
 
+// Issue 4's negotiation through the whole runtime, with the real CUDA providers of this build (skipped in a
+// build without them). On an H200 description with no config, Q8_0 and IQ3_XXS go to generic_cuda: sm60_q8
+// is opt-in, iq_stage_tables declines off 6.0. With config/pascal-gp100.toml, its 6.0 rule enables both on a
+// GP100 description: they win where the build has 6.0 code (a CUDA 12.x build with KPR_CUDA_ARCHS 60), and
+// elsewhere decline with the architecture as the reason; on the H200 the file changes nothing.
+TEST_F(Cli, CudaProvidersNegotiateOnSimulatedGpus) {
+    for (const char *p : {"generic_cuda", "sm60_q8", "iq_stage_tables"})
+        if (!fs::exists(provider_build_dir() / (std::string("libkpr_") + p + ".so")))
+            GTEST_SKIP() << "this build has no CUDA providers (" << p << ")";
+    const fs::path pascal = fs::path(KPR_TEST_SOURCE_DIR) / "config" / "pascal-gp100.toml";
+    auto plan = [&](const std::string &type, const std::string &device, bool with_config) {
+        std::vector<std::string> a;
+        if (with_config) a = {"--config", pascal.string()};
+        a = cat(a, {"plan", "--type", type, "--rows", "4096", "--cols", "14336", "--simulate-device", device, "--json"});
+        auto r = run_kpr(a);
+        json j = parse_json(r);
+        std::map<std::string, json> by;
+        if (j.is_object() && j["answers"].is_array())
+            for (auto &x : j["answers"]) by[x["provider"].get<std::string>()] = x;
+        return std::make_tuple(r, j, by);
+    };
+    for (bool with_config : {false, true}) {
+        SCOPED_TRACE(with_config ? "with config/pascal-gp100.toml" : "no config");
+        auto [r8, j8, a8] = plan("q8_0", "h200", with_config);
+        ASSERT_EQ(r8.exit_code, 0) << show(r8);
+        EXPECT_EQ(j8["provider"], "generic_cuda") << show(r8);
+        EXPECT_EQ(a8["sm60_q8"]["state"], "disabled") << show(r8);
+        if (!with_config)
+            EXPECT_TRUE(contains(a8["sm60_q8"]["reason"].get<std::string>(), "opt-in provider, not enabled")) << show(r8);
+        auto [r3, j3, a3] = plan("iq3_xxs", "h200", with_config);
+        ASSERT_EQ(r3.exit_code, 0) << show(r3);
+        EXPECT_EQ(j3["provider"], "generic_cuda") << show(r3);
+        EXPECT_EQ(a3["iq_stage_tables"]["state"], "declined") << show(r3);
+        EXPECT_TRUE(contains(a3["iq_stage_tables"]["reason"].get<std::string>(), "only on compute capability 6.0"))
+            << show(r3);
+    }
+    for (auto [type, name] : {std::pair<std::string, std::string>{"q8_0", "sm60_q8"}, {"iq3_xxs", "iq_stage_tables"}}) {
+        SCOPED_TRACE(type);
+        auto [r, j, a] = plan(type, "p100", true);
+        ASSERT_TRUE(a.count(name)) << show(r);
+        const std::string state = a[name]["state"], reason = a[name]["reason"];
+        if (state == "accepted") {
+            EXPECT_EQ(r.exit_code, 0) << show(r);
+            EXPECT_EQ(j["provider"], name) << show(r);
+        } else {
+            EXPECT_EQ(state, "declined") << show(r); // enabled by the rule, and then the binary's archs decide
+            EXPECT_TRUE(contains(reason, "no kernel image for compute capability 6.0")) << show(r);
+        }
+    }
+    auto [rd, jd, ad] = plan("q8_0", "p100", false);
+    EXPECT_EQ(ad["sm60_q8"]["state"], "disabled") << show(rd); // opt-in, on Pascal too, without the config
+}
+
 // ---- providers ----------------------------------------------------------------------------------
 
 TEST_F(Cli, BrokenLibrariesAreListedAsFailedAndTheRestWorks) {
@@ -360,6 +414,40 @@ TEST_F(Cli, SelftestCatchesAWrongProviderAndTheSeedReproducesIt) {
     EXPECT_NE(line_with(h.out, {"mock_selftest", "f32 wrong", "FAIL"}), "") << show(h);
     EXPECT_TRUE(contains(h.out, "exceeds tolerance")) << show(h);
     EXPECT_TRUE(contains(h.out, "--seed 1234")) << show(h);
+}
+
+// A provider whose cases break the rules: a name holding lines of the contained runner's protocol ("\nT 0\nE"
+// would end the child's report early and lose the cases after it), and an override of an option it never
+// declared (the case would run without the override and could pass). Each such case fails with a message that
+// says why; every other case still runs, contained or in process.
+TEST_F(Cli, SelftestCasesThatBreakTheAbiFailClearly) {
+    for (bool contained : {true, false}) {
+        SCOPED_TRACE(contained ? "contained" : "in process");
+        std::vector<std::string> a = {"--provider-path", mock_dir("badcases").string(), "selftest", "--provider",
+                                      "mock_badcases", "--seed", "7", "--json"};
+        if (!contained) a.push_back("--in-process");
+        auto r = run_kpr(a);
+        EXPECT_EQ(r.exit_code, 1) << show(r);
+        json j = parse_json(r);
+        ASSERT_TRUE(j["results"].is_array()) << show(r);
+        EXPECT_EQ(j["results"].size(), 6u) << j.dump(2);
+        std::string all = j.dump();
+        EXPECT_TRUE(contains(all, "malformed name 'f32 8x32 n1\\\\x0aT 0\\\\x0aE'")) << j.dump(2);
+        EXPECT_TRUE(contains(all, "overrides option 'bgu', which the provider does not declare")) << j.dump(2);
+        EXPECT_EQ(j["passed"], 2) << j.dump(2); // "f32 ok" and "internal ok"
+        EXPECT_EQ(j["failed"], 4) << j.dump(2);
+    }
+}
+
+TEST_F(Cli, ProvidersWithMalformedIdentitiesOrOptionsFailToLoad) {
+    auto r = run_kpr({"--provider-path", mock_dir("manyarchs").string(), "--provider-path", mock_dir("badoption").string(),
+                      "providers"});
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+    EXPECT_NE(line_with(r.out, {"mock_manyarchs", "failed"}), "") << show(r);
+    EXPECT_NE(line_with(r.out, {"mock_manyarchs:", "identity declares 1000 sass_archs (at most 64)"}), "") << show(r);
+    EXPECT_NE(line_with(r.out, {"mock_badoption", "failed"}), "") << show(r);
+    EXPECT_NE(line_with(r.out, {"mock_badoption:", "malformed name 'Fast Path'"}), "") << show(r);
+    EXPECT_NE(line_with(r.out, {"generic_cpu", "loaded"}), "") << show(r);
 }
 
 TEST_F(Cli, SelftestPrintedSeedReproducesARandomRun) {

@@ -25,6 +25,11 @@
 //                          ratio (float); the offer's reason echoes every option value it was given
 //   MOCK_SELFTESTS         self-test cases: a correct F32 reference case, one computed wrongly (option bug=true),
 //                          an internal case that passes and one that fails
+//   MOCK_BAD_CASES         with MOCK_SELFTESTS, two more cases that break the ABI's rules: a name holding a
+//                          newline and a line of the contained runner's protocol, and an override of an option
+//                          the provider does not declare
+//   MOCK_MANY_ARCHS        a CPU identity that claims 1000 sass_archs (the list holds 2)
+//   MOCK_BAD_OPTION_NAME   declares an option whose name is not [a-z0-9_]+
 #include <kpr/ggml_blocks.h>
 #include <kpr/provider.h>
 
@@ -86,6 +91,9 @@ const kpr_option_decl kOptions[] = {
 #ifdef MOCK_SELFTESTS
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "bug", "false", "compute wrongly (for failure detection)", 0, 0, nullptr},
 #endif
+#ifdef MOCK_BAD_OPTION_NAME
+    {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "Fast Path", "false", "a name the core must refuse", 0, 0, nullptr},
+#endif
     {0, 0, nullptr, nullptr, nullptr, 0, 0, nullptr}  // sentinel, not counted
 };
 constexpr uint32_t kOptionCount = sizeof kOptions / sizeof kOptions[0] - 1;
@@ -122,6 +130,11 @@ kpr_provider_identity make_identity() {
     id.description = g_description;
 #ifdef MOCK_OPT_IN
     id.opt_in = 1;
+#endif
+#ifdef MOCK_MANY_ARCHS
+    static const uint32_t two[] = {60, 90};
+    id.sass_archs = two;
+    id.n_sass_archs = 1000;
 #endif
     return id;
 }
@@ -267,6 +280,9 @@ void p_release(void *, kpr_prepared *prepared) {
 
 #ifdef MOCK_SELFTESTS
 const kpr_option_value kBug[] = {{"bug", "true"}};
+#ifdef MOCK_BAD_CASES
+const kpr_option_value kTypo[] = {{"bgu", "true"}}; // not declared: the case would silently run without the bug
+#endif
 
 kpr_selftest_case make_case(uint32_t kind, const char *name, uint64_t rows, uint64_t cols, uint32_t ncols,
                             const kpr_option_value *opts, uint32_t nopts) {
@@ -294,6 +310,10 @@ const kpr_selftest_case kCases[] = {
     make_case(KPR_SELFTEST_REFERENCE, "f32 wrong 48x128 n1", 48, 128, 1, kBug, 1),
     make_case(KPR_SELFTEST_INTERNAL, "internal ok", 1, 32, 1, nullptr, 0),
     make_case(KPR_SELFTEST_INTERNAL, "internal broken", 1, 32, 1, nullptr, 0),
+#ifdef MOCK_BAD_CASES
+    make_case(KPR_SELFTEST_REFERENCE, "f32 8x32 n1\nT 0\nE", 8, 32, 1, nullptr, 0),
+    make_case(KPR_SELFTEST_REFERENCE, "f32 typo 8x32 n1", 8, 32, 1, kTypo, 1),
+#endif
 };
 constexpr uint32_t kCaseCount = sizeof kCases / sizeof kCases[0];
 

@@ -4,6 +4,7 @@
 #include <kpr/config.hpp>
 #include <kpr/runtime.hpp>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -24,7 +25,8 @@ struct LoadedProvider {
     ProviderInfo info;
     const kpr_provider_v1 *table = nullptr;  // null when failed
     void *state = nullptr;
-    std::vector<kpr_option_decl> option_decls;
+    std::vector<kpr_option_decl> option_decls;  // copies whose strings point into option_strings
+    std::deque<std::string> option_strings;     // the core's own copies (a deque never moves its elements)
     struct LogContext *log = nullptr;        // lives as long as the process (libraries are never unloaded)
 
     bool ok() const { return table != nullptr && info.state != ProviderState::Failed; }

@@ -26,6 +26,7 @@
 #include <set>
 #include <sys/auxv.h>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace kpr {
@@ -134,6 +135,13 @@ std::string status_name(int s) {
 std::string safe_str(const char *s, size_t max = 256) {
     if (!s) return {};
     return std::string(s, strnlen(s, max));
+}
+
+// `s` with every byte outside printable ASCII written as \xNN, for messages about a provider's strings.
+std::string printable(const std::string &s) {
+    std::string out;
+    for (unsigned char c : s) out += c >= 0x20 && c < 0x7f ? std::string(1, char(c)) : fmt::format("\\x{:02x}", c);
+    return out;
 }
 
 thread_local bool tl_quarantine_bypass = false;
@@ -448,7 +456,7 @@ void RuntimeImpl::load_one(const fs::path &file) {
         std::string name = safe_str(id->name, 64);
         static const std::regex valid("[a-z0-9_]+");
         if (name.empty() || !std::regex_match(name, valid))
-            return fail(fmt::format("identity has an invalid name '{}' (expected [a-z0-9_]+)", name));
+            return fail(fmt::format("identity has an invalid name '{}' (expected [a-z0-9_]+)", printable(name)));
         if (name != file_name)
             return fail(fmt::format("calls itself '{}' but the file is named for '{}' (expected libkpr_{}.so)", name,
                                     file_name, name));
@@ -463,8 +471,13 @@ void RuntimeImpl::load_one(const fs::path &file) {
         p->info.family = safe_str(id->family, 64);
         p->info.description = safe_str(id->description, 512);
         p->info.device_kind = id->device_kind;
-        if (id->sass_archs && id->n_sass_archs < 64) p->info.sass_archs.assign(id->sass_archs, id->sass_archs + id->n_sass_archs);
-        if (id->ptx_archs && id->n_ptx_archs < 64) p->info.ptx_archs.assign(id->ptx_archs, id->ptx_archs + id->n_ptx_archs);
+        for (auto [list, n, what] : {std::tuple{id->sass_archs, id->n_sass_archs, "sass_archs"},
+                                     std::tuple{id->ptx_archs, id->n_ptx_archs, "ptx_archs"}}) {
+            if (n > 64) return fail(fmt::format("identity declares {} {} (at most 64)", n, what));
+            if (n > 0 && !list) return fail(fmt::format("identity declares {} {} but the list is null", n, what));
+        }
+        if (id->n_sass_archs) p->info.sass_archs.assign(id->sass_archs, id->sass_archs + id->n_sass_archs);
+        if (id->n_ptx_archs) p->info.ptx_archs.assign(id->ptx_archs, id->ptx_archs + id->n_ptx_archs);
         if (id->struct_size >= offsetof(kpr_provider_identity, opt_in) + sizeof(uint32_t)) p->info.opt_in = id->opt_in != 0;
 
         if (p->has(&kpr_provider_v1::option_count) && p->has(&kpr_provider_v1::option_get)) {
@@ -475,13 +488,27 @@ void RuntimeImpl::load_one(const fs::path &file) {
                 const kpr_option_decl *d = t->option_get(p->state, i);
                 if (!d || !d->name || !d->default_value || d->type > KPR_OPTION_STRING)
                     return fail(fmt::format("option {} is malformed (null name or default, or unknown type)", i));
-                p->option_decls.push_back(*d);
                 OptionInfo oi;
-                oi.name = safe_str(d->name, 64);
+                oi.name = safe_str(d->name, 65);
+                if (oi.name.empty() || oi.name.size() > 64 ||
+                    oi.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+                    return fail(fmt::format("option {} has a malformed name '{}' (1-64 characters of [a-z0-9_])", i,
+                                            printable(oi.name)));
+                for (auto &o : p->info.options)
+                    if (o.name == oi.name) return fail(fmt::format("declares option '{}' twice", oi.name));
                 oi.type = tnames[d->type];
-                oi.default_value = safe_str(d->default_value);
+                oi.default_value = safe_str(d->default_value, 257);
+                if (oi.default_value.size() > 256)
+                    return fail(fmt::format("option '{}' has a default longer than 256 characters", oi.name));
                 oi.doc = safe_str(d->doc, 512);
                 oi.choices = safe_str(d->choices);
+                // The core keeps its own copies: option_get's pointers need not outlive the call.
+                kpr_option_decl own = *d;
+                own.name = p->option_strings.emplace_back(oi.name).c_str();
+                own.default_value = p->option_strings.emplace_back(oi.default_value).c_str();
+                own.doc = p->option_strings.emplace_back(oi.doc).c_str();
+                own.choices = d->choices ? p->option_strings.emplace_back(oi.choices).c_str() : nullptr;
+                p->option_decls.push_back(own);
                 oi.min_value = d->min_value;
                 oi.max_value = d->max_value;
                 try {
@@ -637,6 +664,23 @@ kpr_selftest_case LoadedProvider::selftest_get(const kpr_device_desc &dev, uint3
         throw Error(fmt::format("provider '{}': selftest_get({}) failed ({}): {}", info.name, index, status_name(s),
                                 message_of(err)));
     c.name[sizeof c.name - 1] = 0;
+    // The name travels in the contained runner's line protocol and into files: printable text only.
+    const std::string name(c.name);
+    if (name != printable(name))
+        throw Error(fmt::format("provider '{}': self-test case {} has a malformed name '{}' (printable ASCII only)",
+                                info.name, index, printable(name)));
+    if (c.n_options > 64 || (c.n_options > 0 && !c.options))
+        throw Error(fmt::format("provider '{}': self-test case '{}' has {} option overrides{}", info.name, name,
+                                c.n_options, c.n_options > 64 ? " (at most 64)" : " but a null list"));
+    for (uint32_t i = 0; i < c.n_options; ++i) {
+        const kpr_option_value &o = c.options[i];
+        const std::string on = safe_str(o.name, 65);
+        bool declared = false;
+        for (const kpr_option_decl &d : option_decls) declared = declared || on == d.name;
+        if (!declared || !o.value)
+            throw Error(fmt::format("provider '{}': self-test case '{}' overrides option '{}', {}", info.name, name,
+                                    printable(on), !declared ? "which the provider does not declare" : "with a null value"));
+    }
     return c;
 }
 

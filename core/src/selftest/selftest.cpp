@@ -335,6 +335,7 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
     } catch (const std::exception &e) {
         r.outcome = SelftestResult::Outcome::Failed;
         r.message = e.what();
+        if (r.case_name.empty()) r.case_name = fmt::format("case {}", i); // selftest_get itself failed
     }
     return r;
 }

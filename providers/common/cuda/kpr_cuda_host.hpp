@@ -152,6 +152,18 @@ inline const TypeDesc *type_desc(uint32_t id) {
     return nullptr;
 }
 
+// The ggml name of a weight type id for a decline reason ("q8_0", "iq2_xxs"), or "type N" (in buf) for an id
+// this table does not name.
+inline const char *type_label(uint32_t id, char (&buf)[16]) {
+    static const char *const names[] = {"f32",   "f16",     "q4_0",   "q4_1",    nullptr, nullptr, "q5_0",   "q5_1",
+                                        "q8_0",  "q8_1",    "q2_K",   "q3_K",    "q4_K",    "q5_K",    "q6_K",   "q8_K",
+                                        "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl",  "iq3_s",   "iq2_s",  "iq4_xs",
+                                        "i8",    "i16",     "i32",    "i64",     "f64",     "iq1_m",   "bf16"};
+    if (id < sizeof(names) / sizeof(names[0]) && names[id] != nullptr) return names[id];
+    std::snprintf(buf, sizeof(buf), "type %u", id);
+    return buf;
+}
+
 inline uint64_t row_bytes(const TypeDesc *t, uint64_t cols) { return cols / t->qk * t->bytes; }
 
 // ---- op checks shared by the GEMV providers ---------------------------------------------------------

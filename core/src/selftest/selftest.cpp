@@ -2,6 +2,7 @@
 #include <kpr/selftest.hpp>
 
 #include "device/cuda_driver.hpp"
+#include "device/memory_check.hpp"
 #include "runtime/internal.hpp"
 
 #include <kpr/calibration.hpp>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <random>
 #include <thread>
 
@@ -186,6 +188,27 @@ CaseData make_data(const kpr_op_desc &op, uint64_t seed, formats::ActRounding ro
     return d;
 }
 
+// What make_data and run_on allocate for `op`, added up and checked before they do, so that a provider's
+// case with a shape too large for this machine fails with the op and the bytes instead of std::bad_alloc.
+void check_case_memory(const kpr_op_desc &op, const Device &dev, bool rounded, const std::string &what) {
+    using detail::sat_add;
+    using detail::sat_mul;
+    const uint32_t used = op.kind == KPR_OP_GEMV_GROUPED ? op.n_used : 1;
+    const uint64_t w = weight_bytes(op);
+    const uint64_t xn = sat_mul(uint64_t(op.ncols) * op.x_slots, op.cols);
+    const uint64_t yn = sat_mul(uint64_t(op.ncols) * used, op.rows);
+    // make_data: weights, x (and its rounded copy), ref (and ref_q) in double; run_on: y's NaN fill and
+    // the result, twice for a parity case.
+    uint64_t host = sat_add(w, sat_mul(xn, rounded ? 8 : 4));
+    host = sat_add(host, sat_mul(yn, rounded ? 16 : 8));
+    host = sat_add(host, sat_mul(yn, 12));
+    // The guarded copies that the provider reads and writes.
+    const uint64_t guarded = sat_add(sat_add(w, sat_mul(xn, 4)), sat_mul(yn, 4));
+    if (dev.is_cuda()) detail::check_device_bytes(dev, guarded, what + " (weights, x and y on the device)");
+    else host = sat_add(host, guarded);
+    detail::check_host_bytes(host, what + " (weights, x, y and the double-precision reference)");
+}
+
 // Runs `p` on the data; returns y. Throws kpr::Error on a provider error or a guard violation.
 std::vector<float> run_on(const RuntimeImpl &rt, const LoadedProvider &p, const Device &dev, const kpr_op_desc &op,
                           const OptionStore &opts, const CaseData &data, double *ms) {
@@ -283,6 +306,8 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
                 r.message = fmt::format("declined its own case: {}", offer.reason);
             } else {
                 uint64_t case_seed = mix(seed, hash_str(p.info.name + "/" + r.case_name));
+                check_case_memory(op, dev, rounding != formats::ActRounding::Float,
+                                  fmt::format("case '{}': {}", r.case_name, r.op));
                 CaseData data = make_data(op, case_seed, rounding);
                 std::vector<float> y = run_on(rt, p, dev, op, *store, data, &r.ms);
                 std::string bad;
@@ -331,6 +356,10 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
                 }
             }
         }
+    } catch (const std::bad_alloc &) {
+        r.outcome = SelftestResult::Outcome::Failed;
+        r.message = r.op.empty() ? "out of memory (std::bad_alloc)"
+                                 : fmt::format("{}: out of memory (std::bad_alloc)", r.op);
     } catch (const std::exception &e) {
         r.outcome = SelftestResult::Outcome::Failed;
         r.message = e.what();

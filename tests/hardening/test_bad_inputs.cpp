@@ -3,9 +3,12 @@
 // problem, and leaves no output file behind.
 #include "test_support.hpp"
 
+#include <kpr/formats.hpp>
+#include <kpr/gguf.hpp>
 #include <kpr/npy.hpp>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -128,6 +131,26 @@ TEST(BadInputs, BenchShapeTooLargeForMemory) {
     EXPECT_TRUE(contains(last, "(1062500000000000000 bytes of weights)")) << last;  // 10^18 / 32 * 34
     EXPECT_TRUE(contains(last, "of host memory, but only")) << last;
     EXPECT_FALSE(contains(r.err, "bad_alloc")) << r.err;
+}
+
+// Names from a file need not be UTF-8; --json output must still be valid JSON (exit 0), not a type_error.
+TEST(BadInputs, PlanModelJsonWithNonUtf8TensorName) {
+    Inputs in;
+    const fs::path model = in.t.path() / "latin1.gguf";
+    {
+        kpr::gguf::Writer w;
+        w.add_string("general.architecture", "t\xe9st");
+        w.add_tensor("w\xff.weight", KPR_TYPE_F32, {4, 2}, std::vector<uint8_t>(32, 0));
+        w.write(model.string());
+    }
+    // broken_control is a correct F32 provider: the tensor is served whether or not generic_cpu is built.
+    const std::string control = std::string(KPR_BROKEN_PROVIDER_DIR) + "/control";
+    CommandResult r = run_kpr({"--no-gpu", "--provider-path", control, "plan", "--model", model.string(), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+    ASSERT_EQ(j["tensors"].size(), 1u) << r.out;
+    EXPECT_EQ(j["tensors"][0]["name"], "w\xef\xbf\xbd.weight") << "the bad byte becomes U+FFFD";
 }
 
 TEST(BadInputs, PlanValuesOutOfRange) {

@@ -3,6 +3,7 @@
 
 #include "device/cuda_driver.hpp"
 #include "device/memory_check.hpp"
+#include "util/json_text.hpp"
 #include "runtime/internal.hpp"
 
 #include <kpr/calibration.hpp>
@@ -650,7 +651,7 @@ int run_selftest_child(const Runtime &rt_, const SelftestOptions &opts, int fd) 
         n = p->selftest_count(dev.desc);
     } catch (const Error &e) {
         write_line(fd, "T 0");
-        write_line(fd, "R " + to_json(failed_result(p->info.name, dev, "(enumerate)", opts.seed, e.what())).dump());
+        write_line(fd, "R " + json_text(to_json(failed_result(p->info.name, dev, "(enumerate)", opts.seed, e.what()))));
         write_line(fd, "E");
         return 0;
     }
@@ -663,7 +664,7 @@ int run_selftest_child(const Runtime &rt_, const SelftestOptions &opts, int fd) 
         } catch (const Error &) {
         }
         std::optional<SelftestResult> r = run_case(rt, *p, dev, opts, opts.seed, i);
-        write_line(fd, r ? "R " + to_json(*r).dump() : std::string("X"));
+        write_line(fd, r ? "R " + json_text(to_json(*r)) : std::string("X"));
     }
     write_line(fd, "E");
     return 0;
@@ -763,11 +764,13 @@ std::string record_selftest_results(const Runtime &rt, const std::vector<Selftes
                                 {"reason", r.reason}, {"when", r.when}, {"host", r.host}});
     std::error_code ec;
     std::filesystem::create_directories(file.parent_path(), ec);
+    // The text is made before the temporary is created, so nothing can fail between the two.
+    const std::string text = json_text(j, 2) + "\n";
     std::filesystem::path tmp = file;
     tmp += fmt::format(".tmp{}", getpid());
     {
         std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-        o << j.dump(2) << "\n";
+        o << text;
         if (!o) {
             std::filesystem::remove(tmp, ec);
             return fmt::format("{}: cannot write the self-test state file", file.string());

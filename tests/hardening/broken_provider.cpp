@@ -22,6 +22,8 @@
 //   BROKEN_SELFTEST_OK     the same three cases, all passing
 //   BROKEN_SELFTEST_LATIN1 the same three cases with a byte that is not UTF-8 in each name (0xff); the second
 //                          fails with a message holding one too
+//   BROKEN_SELFTEST_HUGE   one reference self-test case, f32 gemv 1000000000 x 1000000000 (4 * 10^18 bytes of
+//                          weights): valid, but no machine holds its data
 //   BROKEN_CASE_PREFIX=s   prefixes the self-test case names (calibrate filters cases by weight type)
 //   BROKEN_SCORE=n         the score of an accepted offer (default 1000)
 // Without a misbehaviour it is a correct F32-only provider (query, prepare, run, release).
@@ -183,6 +185,17 @@ kpr_status p_selftest_run(void *, const kpr_device_desc *, uint32_t i, double *m
 }
 #endif
 
+#ifdef BROKEN_SELFTEST_HUGE
+uint32_t p_selftest_count(void *, const kpr_device_desc *) { return 1; }
+kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t, kpr_selftest_case *c, kpr_error *) {
+    c->kind = KPR_SELFTEST_REFERENCE;
+    std::snprintf(c->name, sizeof c->name, "%s", "huge f32");
+    c->op = kpr_op_desc{sizeof(kpr_op_desc), KPR_OP_GEMV, KPR_TYPE_F32, 1, 1000000000, 1000000000, 1, 1, 1, 0};
+    c->tolerance = 1e-5;
+    return KPR_OK;
+}
+#endif
+
 kpr_provider_v1 make_table() {
     kpr_provider_v1 t{};
     t.struct_size = sizeof t;
@@ -197,6 +210,10 @@ kpr_provider_v1 make_table() {
     t.selftest_count = p_selftest_count;
     t.selftest_get = p_selftest_get;
     t.selftest_run = p_selftest_run;
+#endif
+#ifdef BROKEN_SELFTEST_HUGE
+    t.selftest_count = p_selftest_count;
+    t.selftest_get = p_selftest_get;
 #endif
     return t;
 }

@@ -261,3 +261,23 @@ TEST(ContainedSelftest, NamesAndMessagesThatAreNotUtf8) {
     }
     EXPECT_EQ(files, 1u);
 }
+
+// A provider may declare a valid case far too large for this machine: the case fails with a message naming
+// the op and the bytes it needs (it was "std::bad_alloc"), and the run goes on to report it.
+TEST(ContainedSelftest, CaseTooLargeForMemory) {
+    for (bool in_process : {false, true}) {
+        SCOPED_TRACE(in_process ? "in process" : "contained");
+        std::vector<std::string> args = {"--no-gpu", "--provider-path", broken_dir("huge"), "selftest", "--provider",
+                                         "broken_huge", "--json"};
+        if (in_process) args.push_back("--in-process");
+        CommandResult r = run_kpr(args);
+        EXPECT_EQ(r.exit_code, 1) << r.all();
+        nlohmann::json j = results_of(r);
+        ASSERT_EQ(j["results"].size(), 1u) << r.out;
+        EXPECT_EQ(j["results"][0]["result"], "FAIL") << r.out;
+        const std::string msg = j["results"][0]["message"].get<std::string>();
+        EXPECT_TRUE(contains(msg, "gemv f32 1000000000x1000000000 ncols 1")) << msg;
+        EXPECT_TRUE(contains(msg, "of host memory, but only")) << msg;
+        EXPECT_FALSE(contains(msg, "bad_alloc")) << msg;
+    }
+}

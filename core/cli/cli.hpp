@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "../src/util/json_text.hpp"
+
 #include <functional>
 #include <string>
 #include <vector>

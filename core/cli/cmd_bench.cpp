@@ -206,7 +206,7 @@ int run_bench(const Globals &g, const Args &a) {
                              std::to_string(r.copies), r.winner ? "(negotiated)" : ""});
             }
         }
-        if (a.json) std::cout << report["ops"].dump(2) << "\n";
+        if (a.json) std::cout << json_text(report["ops"], 2) << "\n";
         else std::cout << tab.str();
     } else {
         bench::DecodeOptions dopt;
@@ -220,7 +220,7 @@ int run_bench(const Globals &g, const Args &a) {
         prog.clear();
         for (auto &w : windows) report["decode"].push_back(decode_json(w));
         if (a.json) {
-            std::cout << report["decode"].dump(2) << "\n";
+            std::cout << json_text(report["decode"], 2) << "\n";
         } else {
             std::cout << fmt::format("decode window of {} ({}) on {}: every weight matrix once per step, median of {} steps\n",
                                      a.model, windows.empty() ? "" : windows[0].architecture, dev.id, a.steps);
@@ -245,7 +245,7 @@ int run_bench(const Globals &g, const Args &a) {
         }
     }
     if (!a.report.empty()) {
-        bench::write_report(a.report, report.dump());
+        bench::write_report(a.report, json_text(report));
         std::cerr << fmt::format("kpr: report written to {}/report.html (data: report.json)\n", a.report);
     }
     return 0;

@@ -220,7 +220,7 @@ Command add_calibrate(CLI::App &root, Globals &g) {
                     out.push_back(j);
                 }
                 cal.save(path);
-                if (a->json) std::cout << out.dump(2) << "\n";
+                if (a->json) std::cout << json_text(out, 2) << "\n";
                 else std::cout << tab.str();
                 std::cerr << fmt::format("kpr: {} calibration entr{} written to {}\n", written, written == 1 ? "y" : "ies",
                                          path.string());

@@ -156,7 +156,7 @@ Command add_doctor(CLI::App &root, Globals &g) {
                     j["config_files"] = rt.config_files();
                     j["warnings"] = rt.warnings();
                     j["ok"] = failed == 0;
-                    std::cout << j.dump(2) << "\n";
+                    std::cout << json_text(j, 2) << "\n";
                     return failed ? 1 : 0;
                 }
                 std::cout << fmt::format("kpr {} doctor\n\ndevices\n", version());

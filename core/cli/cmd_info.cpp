@@ -55,7 +55,7 @@ Command add_devices(CLI::App &root, Globals &g) {
                 if (*json) {
                     nlohmann::json j = nlohmann::json::array();
                     for (auto &d : rt.devices()) j.push_back(device_json(d));
-                    std::cout << j.dump(2) << "\n";
+                    std::cout << json_text(j, 2) << "\n";
                 } else {
                     for (auto &d : rt.devices()) std::cout << device_line(d) << "\n";
                 }
@@ -101,7 +101,7 @@ Command add_providers(CLI::App &root, Globals &g) {
                 if (*json) {
                     nlohmann::json j = nlohmann::json::array();
                     for (auto &p : ps) j.push_back(provider_json(p));
-                    std::cout << j.dump(2) << "\n";
+                    std::cout << json_text(j, 2) << "\n";
                     return 0;
                 }
                 if (ps.empty()) {

@@ -171,7 +171,7 @@ int plan_model(const Globals &g, const std::string &model, uint32_t ncols, const
         j["totals"] = nlohmann::json::object();
         for (auto &[p, t] : totals) j["totals"][p] = {{"tensors", t[0]}, {"weight_bytes", t[1]}, {"extra_bytes", t[2]}};
         j["unserved"] = unserved;
-        std::cout << j.dump(2) << "\n";
+        std::cout << json_text(j, 2) << "\n";
     } else {
         Table tab({"tensor", "type", "shape", "provider", "weights", "prepared+workspace"});
         for (auto &r : rows)

@@ -78,7 +78,7 @@ Command add_requant(CLI::App &root, Globals &) {
                     for (auto &s : r.shards)
                         j["shards"].push_back({{"input", s.input}, {"output", s.output}, {"action", shard_action(s.action)},
                                                {"converted", s.converted}, {"note", s.note}});
-                    std::cout << j.dump(2) << "\n";
+                    std::cout << json_text(j, 2) << "\n";
                     return 0;
                 }
                 Table t({"tensor", "from", "to", "shape", "max|w'-w|/max|w|", "note"});

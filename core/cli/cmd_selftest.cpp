@@ -113,7 +113,7 @@ Command add_selftest(CLI::App &root, Globals &g) {
                     nlohmann::json j = {{"seed", all.empty() ? 0 : all.front().seed}, {"passed", passed},
                                         {"failed", failed}, {"skipped", skipped}, {"results", nlohmann::json::array()}};
                     for (auto &r : all) j["results"].push_back(result_json(r));
-                    std::cout << j.dump(2) << "\n";
+                    std::cout << json_text(j, 2) << "\n";
                 } else {
                     print_table(all);
                     std::cout << fmt::format("{} passed, {} failed, {} skipped (seed {}; rerun with --seed {})\n", passed,

@@ -50,7 +50,7 @@ Command add_synth(CLI::App &root, Globals &) {
                     for (auto &[k, v] : s.metadata) j["metadata"][k] = v;
                     for (auto &t : s.tensor_list)
                         j["tensors"].push_back({{"name", t.name}, {"type", formats::type_name(t.type)}, {"ne", t.ne}, {"bytes", t.bytes}});
-                    std::cout << j.dump(1) << "\n";
+                    std::cout << json_text(j, 1) << "\n";
                     return 0;
                 }
                 auto t0 = std::chrono::steady_clock::now();

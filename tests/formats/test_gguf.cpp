@@ -499,3 +499,59 @@ TEST_F(GgufReject, RandomCorruptionNeverCrashes) {
     }
     EXPECT_GT(rejected, 100);
 }
+
+// ---- the metadata value limit ------------------------------------------------------------------------
+
+// An element deep in an array is still named exactly (the names are built only for the message).
+TEST_F(GgufReject, ArrayElementNamedInTheMessage) {
+    Bytes b = header(0, 1);
+    b.str("k").u32(9).u32(8).u64(3).str("a").str("b").u64(1000).raw("x");
+    expect_rejected(save(b), {"key 'k'", "'value[2]' string length 1000", "past the end"});
+    Bytes c = header(0, 1);
+    c.str("n").u32(9).u32(9).u64(2).u32(0).u64(1).u8(7).u32(8).u64(2).str("x").u64(500).raw("y");
+    expect_rejected(save(c), {"key 'n'", "'value[1][1]' string length 500", "past the end"});
+}
+
+// A u8 array takes one byte per element in the file but a whole Value in memory: a file of one huge array
+// must be refused before it is decoded, naming the file and the key.
+TEST_F(GgufReject, MetadataValuesOverTheLimit) {
+    const uint64_t over = gguf::kMaxMetadataValues + 1;
+    Bytes b = header(0, 1);
+    b.str("tokenizer.ggml.token_type").u32(9).u32(0).u64(over).zeros(static_cast<size_t>(over));
+    expect_rejected(save(b), {"key 'tokenizer.ggml.token_type'", "'value count' = 16777217",
+                              "limit of 16777216 values"});
+
+    // The limit is on the whole file: an array of arrays counts its elements and theirs.
+    Bytes c = header(0, 1);
+    c.str("nested").u32(9).u32(9).u64(2); // value[0], value[1]: 3 values with the key's own
+    c.u32(0).u64(gguf::kMaxMetadataValues - 2).zeros(static_cast<size_t>(gguf::kMaxMetadataValues));
+    expect_rejected(save(c), {"key 'nested'", "'value[0] count' = 16777214", "(3 before this one"});
+}
+
+// A tokenizer as large as real ones (Gemma 3's 262,144 tokens with scores and types, and merges) reads.
+TEST(Gguf, ReadsARealisticallyLargeTokenizer) {
+    ScratchDir dir("bigtok");
+    const uint32_t n_tokens = 262144, n_merges = 300000;
+    gguf::Array tokens{gguf::ValueType::String, {}}, scores{gguf::ValueType::F32, {}},
+        types{gguf::ValueType::I32, {}}, merges{gguf::ValueType::String, {}};
+    for (uint32_t i = 0; i < n_tokens; ++i) {
+        tokens.items.push_back(gguf::Value::string("tok" + std::to_string(i)));
+        scores.items.push_back(gguf::Value::f32(-static_cast<float>(i)));
+        types.items.push_back(gguf::Value::i32(1));
+    }
+    for (uint32_t i = 0; i < n_merges; ++i) merges.items.push_back(gguf::Value::string("a" + std::to_string(i) + " b"));
+    gguf::Writer w;
+    w.add_string("general.architecture", "test");
+    w.add_array("tokenizer.ggml.tokens", std::move(tokens));
+    w.add_array("tokenizer.ggml.scores", std::move(scores));
+    w.add_array("tokenizer.ggml.token_type", std::move(types));
+    w.add_array("tokenizer.ggml.merges", std::move(merges));
+    const std::string path = dir.file("tok.gguf");
+    w.write(path);
+    gguf::File f(path);
+    EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").items.size(), n_tokens);
+    EXPECT_EQ(*f.get_array("tokenizer.ggml.tokens").items[12345].as_string(), "tok12345");
+    EXPECT_EQ(f.get_array("tokenizer.ggml.scores").items.size(), n_tokens);
+    EXPECT_EQ(f.get_array("tokenizer.ggml.token_type").items.size(), n_tokens);
+    EXPECT_EQ(f.get_array("tokenizer.ggml.merges").items.size(), n_merges);
+}

@@ -20,6 +20,10 @@
 //   BROKEN_SELFTEST_HANG   the same, the second sleeps forever
 //   BROKEN_SELFTEST_ABORT  the same, the second calls abort()
 //   BROKEN_SELFTEST_OK     the same three cases, all passing
+//   BROKEN_SELFTEST_LATIN1 the same three cases with a byte that is not UTF-8 in each name (0xff); the second
+//                          fails with a message holding one too
+//   BROKEN_SELFTEST_HUGE   one reference self-test case, f32 gemv 1000000000 x 1000000000 (4 * 10^18 bytes of
+//                          weights): valid, but no machine holds its data
 //   BROKEN_CASE_PREFIX=s   prefixes the self-test case names (calibrate filters cases by weight type)
 //   BROKEN_SCORE=n         the score of an accepted offer (default 1000)
 // Without a misbehaviour it is a correct F32-only provider (query, prepare, run, release).
@@ -135,8 +139,12 @@ kpr_status p_run(void *, kpr_prepared *pp, const kpr_run_args *a, kpr_error *) {
 
 void p_release(void *, kpr_prepared *pp) { delete reinterpret_cast<Prepared *>(pp); }
 
-#if defined(BROKEN_SELFTEST_SEGV) || defined(BROKEN_SELFTEST_HANG) || defined(BROKEN_SELFTEST_ABORT) || defined(BROKEN_SELFTEST_OK)
+#if defined(BROKEN_SELFTEST_SEGV) || defined(BROKEN_SELFTEST_HANG) || defined(BROKEN_SELFTEST_ABORT) || \
+    defined(BROKEN_SELFTEST_OK) || defined(BROKEN_SELFTEST_LATIN1)
 #define BROKEN_SELFTESTS 1
+#if defined(BROKEN_SELFTEST_LATIN1) && !defined(BROKEN_CASE_PREFIX)
+#define BROKEN_CASE_PREFIX "caf\xe9 \xff "
+#endif
 #ifndef BROKEN_CASE_PREFIX
 #define BROKEN_CASE_PREFIX ""  // e.g. "f32_": a case name kpr calibrate's per-type filter selects
 #endif
@@ -155,11 +163,15 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t i, kpr_selft
 // Not instrumented for UBSan: under -fsanitize=undefined the null store below would be reported (and the
 // process exit 1) before it faults; the tests want a real SIGSEGV.
 __attribute__((no_sanitize("undefined")))
-kpr_status p_selftest_run(void *, const kpr_device_desc *, uint32_t i, double *measured, kpr_error *) {
+kpr_status p_selftest_run(void *, const kpr_device_desc *, uint32_t i, double *measured, kpr_error *err) {
     *measured = 0;
+    (void)err;
     if (i == 1) {
 #if defined(BROKEN_SELFTEST_OK)
         return KPR_OK;
+#elif defined(BROKEN_SELFTEST_LATIN1)
+        std::snprintf(err->message, sizeof err->message, "r\xe9sultat \xff faux");
+        return KPR_ERR_INTERNAL;
 #elif defined(BROKEN_SELFTEST_SEGV)
         volatile int *volatile nowhere = nullptr;
         *nowhere = 42;
@@ -169,6 +181,17 @@ kpr_status p_selftest_run(void *, const kpr_device_desc *, uint32_t i, double *m
         std::abort();
 #endif
     }
+    return KPR_OK;
+}
+#endif
+
+#ifdef BROKEN_SELFTEST_HUGE
+uint32_t p_selftest_count(void *, const kpr_device_desc *) { return 1; }
+kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t, kpr_selftest_case *c, kpr_error *) {
+    c->kind = KPR_SELFTEST_REFERENCE;
+    std::snprintf(c->name, sizeof c->name, "%s", "huge f32");
+    c->op = kpr_op_desc{sizeof(kpr_op_desc), KPR_OP_GEMV, KPR_TYPE_F32, 1, 1000000000, 1000000000, 1, 1, 1, 0};
+    c->tolerance = 1e-5;
     return KPR_OK;
 }
 #endif
@@ -187,6 +210,10 @@ kpr_provider_v1 make_table() {
     t.selftest_count = p_selftest_count;
     t.selftest_get = p_selftest_get;
     t.selftest_run = p_selftest_run;
+#endif
+#ifdef BROKEN_SELFTEST_HUGE
+    t.selftest_count = p_selftest_count;
+    t.selftest_get = p_selftest_get;
 #endif
     return t;
 }

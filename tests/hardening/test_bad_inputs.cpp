@@ -3,9 +3,12 @@
 // problem, and leaves no output file behind.
 #include "test_support.hpp"
 
+#include <kpr/formats.hpp>
+#include <kpr/gguf.hpp>
 #include <kpr/npy.hpp>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -100,6 +103,54 @@ TEST(BadInputs, PlanSimulateDeviceFile) {
                missing.string());
     fs::path bad = in.t.write("bad.toml", "[device]\nkind = \"cuda\"\ncc = \"banana\"\n");
     expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", bad.string()}, 1, bad.string());
+    // Said plainly, not as a TOML syntax error at 0:0 or a missing [device] table.
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", missing.string()}, 1,
+               missing.string() + ": cannot open: No such file or directory");
+    fs::path folder = in.t.dir("folder.toml");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", folder.string()}, 1,
+               folder.string() + ": cannot open: is a directory");
+    // A key of the wrong type is an error even where `like` would have supplied the value.
+    fs::path typed = in.t.write("typed.toml", "[device]\nlike = \"p100\"\ncc = 7.5\n");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", typed.string()}, 1,
+               typed.string() + ":3:");
+    fs::path zero = in.t.write("zero.toml", "[device]\nlike = \"p100\"\nsm_count = 0\n");
+    expect_bad(in, {"plan", "--type", "q8_0", "--rows", "64", "--cols", "64", "--simulate-device", zero.string()}, 1,
+               "device.sm_count: 0 is out of range");
+}
+
+// A valid shape too large for this machine: an error naming the op and the bytes, not std::bad_alloc.
+TEST(BadInputs, BenchShapeTooLargeForMemory) {
+    // bench reports its progress on stderr first ("measuring the read bandwidth", "[1/1] ..."), so the error
+    // is the last line rather than the only one.
+    CommandResult r = run_kpr({"--no-gpu", "bench", "--type", "q8_0", "--rows", "1000000000", "--cols", "1000000000"});
+    EXPECT_EQ(r.exit_code, 1) << r.all();
+    auto err = lines_of(r.err);
+    ASSERT_FALSE(err.empty());
+    const std::string &last = err.back();
+    EXPECT_EQ(last.rfind("kpr: error: bench gemv q8_0 1000000000x1000000000 ncols 1 ", 0), 0u) << last;
+    EXPECT_TRUE(contains(last, "(1062500000000000000 bytes of weights)")) << last;  // 10^18 / 32 * 34
+    EXPECT_TRUE(contains(last, "of host memory, but only")) << last;
+    EXPECT_FALSE(contains(r.err, "bad_alloc")) << r.err;
+}
+
+// Names from a file need not be UTF-8; --json output must still be valid JSON (exit 0), not a type_error.
+TEST(BadInputs, PlanModelJsonWithNonUtf8TensorName) {
+    Inputs in;
+    const fs::path model = in.t.path() / "latin1.gguf";
+    {
+        kpr::gguf::Writer w;
+        w.add_string("general.architecture", "t\xe9st");
+        w.add_tensor("w\xff.weight", KPR_TYPE_F32, {4, 2}, std::vector<uint8_t>(32, 0));
+        w.write(model.string());
+    }
+    // broken_control is a correct F32 provider: the tensor is served whether or not generic_cpu is built.
+    const std::string control = std::string(KPR_BROKEN_PROVIDER_DIR) + "/control";
+    CommandResult r = run_kpr({"--no-gpu", "--provider-path", control, "plan", "--model", model.string(), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.all();
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(r.out)) << r.out;
+    ASSERT_EQ(j["tensors"].size(), 1u) << r.out;
+    EXPECT_EQ(j["tensors"][0]["name"], "w\xef\xbf\xbd.weight") << "the bad byte becomes U+FFFD";
 }
 
 TEST(BadInputs, PlanValuesOutOfRange) {

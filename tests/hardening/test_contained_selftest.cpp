@@ -230,3 +230,54 @@ TEST(ContainedSelftest, CalibrateExcludesAProviderWhoseSelftestCrashes) {
     EXPECT_TRUE(contains(why, "crashed: signal 11 in case f32_hardening bad here (SIGSEGV)")) << r.out;
     EXPECT_TRUE(fs::exists(out));
 }
+
+// A provider's case names and messages need not be UTF-8: the contained runner's protocol, the --json output
+// and the self-test state file stay valid JSON (the bad bytes become U+FFFD), and no temporary is left.
+TEST(ContainedSelftest, NamesAndMessagesThatAreNotUtf8) {
+    TempDir t;
+    fs::path state = t.path() / "state" / "selftest-state.json";
+    fs::path cfg = t.write("cfg.toml", "[runtime]\nstate_file = \"" + state.string() + "\"\n");
+    CommandResult r = run_kpr({"--no-gpu", "--config", cfg.string(), "--provider-path", broken_dir("latin1"),
+                               "selftest", "--provider", "broken_latin1", "--json"});
+    EXPECT_EQ(r.exit_code, 1) << r.all();  // one case fails
+    EXPECT_FALSE(contains(r.all(), "json.exception")) << r.all();
+    nlohmann::json j = results_of(r);
+    ASSERT_EQ(j["results"].size(), 3u) << r.out;
+    const std::string fffd = "\xef\xbf\xbd";
+    EXPECT_EQ(j["results"][1]["case"], "caf" + fffd + " " + fffd + " hardening bad here") << r.out;
+    EXPECT_EQ(j["results"][1]["result"], "FAIL") << r.out;
+    EXPECT_TRUE(contains(j["results"][1]["message"].get<std::string>(), "r" + fffd + "sultat " + fffd + " faux")) << r.out;
+    // The failure is recorded; the file parses; nothing else is in its folder.
+    ASSERT_TRUE(fs::exists(state)) << r.all();
+    std::ifstream in(state);
+    nlohmann::json s;
+    ASSERT_NO_THROW(s = nlohmann::json::parse(in));
+    ASSERT_EQ(s["records"].size(), 1u) << s.dump();
+    EXPECT_EQ(s["records"][0]["provider"], "broken_latin1");
+    size_t files = 0;
+    for (auto &e : fs::directory_iterator(state.parent_path())) {
+        ++files;
+        EXPECT_EQ(e.path(), state) << "left behind";
+    }
+    EXPECT_EQ(files, 1u);
+}
+
+// A provider may declare a valid case far too large for this machine: the case fails with a message naming
+// the op and the bytes it needs (it was "std::bad_alloc"), and the run goes on to report it.
+TEST(ContainedSelftest, CaseTooLargeForMemory) {
+    for (bool in_process : {false, true}) {
+        SCOPED_TRACE(in_process ? "in process" : "contained");
+        std::vector<std::string> args = {"--no-gpu", "--provider-path", broken_dir("huge"), "selftest", "--provider",
+                                         "broken_huge", "--json"};
+        if (in_process) args.push_back("--in-process");
+        CommandResult r = run_kpr(args);
+        EXPECT_EQ(r.exit_code, 1) << r.all();
+        nlohmann::json j = results_of(r);
+        ASSERT_EQ(j["results"].size(), 1u) << r.out;
+        EXPECT_EQ(j["results"][0]["result"], "FAIL") << r.out;
+        const std::string msg = j["results"][0]["message"].get<std::string>();
+        EXPECT_TRUE(contains(msg, "gemv f32 1000000000x1000000000 ncols 1")) << msg;
+        EXPECT_TRUE(contains(msg, "of host memory, but only")) << msg;
+        EXPECT_FALSE(contains(msg, "bad_alloc")) << msg;
+    }
+}

@@ -217,4 +217,60 @@ TEST(DeviceFile, WrongValueTypeIsAnError) {
     }
 }
 
+// Every key of the wrong type or out of range is an error naming the file, the line and column, the key
+// and what was expected -- even when `like` supplies a value the key would otherwise have replaced (a float
+// cc once planned a "like = p100" file as 6.0 without a word).
+TEST(DeviceFile, EveryKeyIsTypedAndInRange) {
+    TempDir tmp;
+    struct Case {
+        const char *body;
+        std::vector<std::string> parts;
+    };
+    const std::vector<Case> cases = {
+        {"[device]\nlike = \"p100\"\ncc = 7.5\n", {":3:", "device.cc", "expected a string", "a float"}},
+        {"[device]\nlike = \"p100\"\nname = 5\n", {":3:", "device.name", "expected a string", "an integer"}},
+        {"[device]\nlike = 100\n", {":2:", "device.like", "expected a string", "an integer"}},
+        {"[device]\nlike = \"p100\"\nsm_count = 0\n", {":3:", "device.sm_count", "0 is out of range"}},
+        {"[device]\nlike = \"p100\"\nsm_count = 4.5\n", {":3:", "device.sm_count", "expected an integer", "a float"}},
+        {"[device]\nlike = \"p100\"\nsm_count = 4294967296\n", {":3:", "device.sm_count", "out of range (1 to 4294967295)"}},
+        {"[device]\nlike = \"p100\"\nsmem_per_block = 0\n", {":3:", "device.smem_per_block", "out of range"}},
+        {"[device]\nlike = \"p100\"\nmemory_bytes = true\n", {":3:", "device.memory_bytes", "a boolean"}},
+        {"[device]\nlike = \"p100\"\nbandwidth_gbps = -1.0\n", {":3:", "device.bandwidth_gbps", "out of range"}},
+        {"[device]\nlike = \"p100\"\nbandwidth_gbps = inf\n", {":3:", "device.bandwidth_gbps", "out of range"}},
+        {"[device]\nlike = \"p100\"\ncc = \"6.0x\"\n", {":3:", "device.cc", "'6.0x'"}},
+        {"[device]\nlike = \"p100\"\nname = \"\"\n", {":3:", "device.name", "empty"}},
+        {"[device]\ncc = \"8.0\"\n", {"device.sm_count is required"}},
+        {"device = 5\n", {":1:", "expected a [device] table", "an integer"}},
+        {"[device]\nlike = \"p100\"\n[devcie]\nsm_count = 3\n", {":3:", "devcie", "unknown key"}},
+        {"[device]\nlike = \"p1000\"\n", {":2:", "device.like", "'p1000'", "p100"}},
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE(c.body);
+        const fs::path f = tmp.write("typed.toml", c.body);
+        std::string e = load_error(f);
+        ASSERT_FALSE(e.empty()) << "accepted";
+        EXPECT_EQ(e.rfind(f.string(), 0), 0u) << e;
+        for (const std::string &p : c.parts) EXPECT_TRUE(contains(e, p)) << "missing '" << p << "' in: " << e;
+    }
+    // The same values in range and of the right type load.
+    kpr::Device d = kpr::load_device_file(
+        tmp.write("ok.toml", "[device]\nlike = \"p100\"\ncc = \"7.5\"\nname = \"T\"\nsm_count = 1\nbandwidth_gbps = 0\n"));
+    EXPECT_EQ(d.arch(), "7.5");
+    EXPECT_EQ(d.desc.sm_count, 1u);
+    EXPECT_STREQ(d.desc.name, "T");
+}
+
+// A missing file, a folder and an unreadable path say so, instead of "syntax error at 0:0" or "no [device] table".
+TEST(DeviceFile, PathsThatAreNotFiles) {
+    TempDir tmp;
+    const fs::path missing = tmp.path() / "nope.toml";
+    std::string e = load_error(missing);
+    EXPECT_EQ(e, missing.string() + ": cannot open: No such file or directory");
+    const fs::path dir = tmp.path() / "a_folder.toml";
+    fs::create_directories(dir);
+    e = load_error(dir);
+    EXPECT_TRUE(contains(e, dir.string() + ": cannot open: is a directory")) << e;
+    EXPECT_FALSE(contains(e, "[device]")) << e;
+}
+
 } // namespace

@@ -108,6 +108,12 @@ kpr_op_desc make_op_desc(const TensorOp &op, uint32_t ncols, uint32_t n_used = 1
 
 inline constexpr uint32_t kDefaultAlignment = 32;
 inline constexpr uint32_t kMaxDims = 4;
+// The most metadata values one file may hold, counting every array element (nested arrays too) and every
+// key's value. Each decoded value takes about 40 bytes of memory whatever its size in the file (a u8 array
+// element is one byte there), so this bounds the reader's memory at about 700 MB. Real models stay far below:
+// the largest tokenizers hold about 262k tokens, with scores, token types and merges about a million values.
+// A file past it is rejected with a kpr::Error naming the file and the key.
+inline constexpr uint64_t kMaxMetadataValues = uint64_t{1} << 24; // 16,777,216
 
 class File {
 public:

@@ -39,8 +39,12 @@ std::string cpu_feature_names(uint64_t features);
 // p40, gtx1080, v100, t4, a100, rtx3090, l4, h100, h200; nullopt for an unknown name.
 std::optional<Device> simulated_device(const std::string &name);
 std::vector<std::string> simulated_device_names();
-// A device description from a TOML file ([device] like, name, cc = "6.0", sm_count, ...; docs/config.md,
-// "Simulated devices").
+// A device description from a TOML file: one [device] table with like = "p100" (a built-in to start from),
+// name (string), cc = "6.0" (string), sm_count, smem_per_block, smem_per_block_optin, smem_per_sm,
+// l2_bytes, memory_bytes (integers >= 1) and bandwidth_gbps (a number >= 0). cc is required, and sm_count
+// without `like`. Throws kpr::Error naming the file (FILE:LINE:COL and the key where there is one) on a
+// missing or unreadable file, a folder, a syntax error, an unknown key, a value of the wrong type or out
+// of range. docs/config.md, "Simulated devices", has examples.
 Device load_device_file(const std::filesystem::path &file);
 
 // ---- ops ----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 #include "bench/gpu_hold.hpp"
 #include "device/cuda_driver.hpp"
+#include "device/memory_check.hpp"
 
 #include <fmt/format.h>
 
@@ -16,9 +17,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 namespace kpr::bench {
@@ -120,8 +123,10 @@ uint64_t bytes_read(const kpr_op_desc &op) {
 
 // ---- one op, every provider -----------------------------------------------------------------------
 
-std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, const BenchOptions &o, double bw,
-                                  const Progress &progress) {
+namespace {
+
+std::vector<BenchResult> bench_op_impl(const Runtime &rt, const kpr_op_desc &op_in, const BenchOptions &o, double bw,
+                                       const Progress &progress) {
     kpr_op_desc op = op_in;
     op.struct_size = sizeof op;
     validate(op);
@@ -167,6 +172,25 @@ std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, c
     if (dev.is_cuda() && dev.desc.memory_bytes) {
         uint64_t per_copy = stride * (1 + cands.size());
         copies = std::max<uint64_t>(1, std::min<uint64_t>(copies, (dev.desc.memory_bytes / 2) / per_copy));
+    }
+
+    // Every buffer below, added up and checked before the first is allocated: a shape too large for this
+    // machine is an error naming the op and the bytes, not std::bad_alloc or the out-of-memory killer.
+    {
+        using detail::sat_add;
+        using detail::sat_mul;
+        const uint32_t slots = grouped ? op.x_slots : 1, n_used = grouped ? op.n_used : 1;
+        const uint64_t weights_bytes = sat_mul(stride, copies);
+        const uint64_t x_bytes = sat_mul(sat_mul(uint64_t{op.ncols} * slots, op.cols), 4);
+        const uint64_t y_bytes = sat_mul(sat_mul(sat_mul(uint64_t{op.ncols} * n_used, op.rows), 4), cands.size());
+        const uint64_t on_device = sat_add(sat_add(weights_bytes, x_bytes), y_bytes);
+        const std::string what = fmt::format("bench {} ({} bytes of weights)", describe(op), W);
+        // The host holds one copy of the weights and of x while they are made, and on the CPU the rest too.
+        uint64_t on_host = sat_add(W, x_bytes);
+        if (dev.is_cuda()) detail::check_device_bytes(dev, on_device, what + ", with x and y on the device");
+        else on_host = sat_add(on_host, on_device);
+        detail::check_host_bytes(on_host, what + (dev.is_cuda() ? ", made on the host first"
+                                                                : ", with x, y and the rotated copies"));
     }
 
     std::vector<uint8_t> master(W);
@@ -292,6 +316,26 @@ std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, c
         out.push_back(r);
     }
     return out;
+}
+
+} // namespace
+
+std::vector<BenchResult> bench_op(const Runtime &rt, const kpr_op_desc &op_in, const BenchOptions &o, double bw,
+                                  const Progress &progress) {
+    try {
+        return bench_op_impl(rt, op_in, o, bw, progress);
+    } catch (const std::bad_alloc &) {
+        // The checks above leave this to allocations that the memory available could not serve after all.
+        kpr_op_desc op = op_in;
+        op.struct_size = sizeof op;
+        throw Error(fmt::format("bench {}: out of memory (std::bad_alloc) with {} bytes of weights", describe(op),
+                                weight_bytes(op)));
+    } catch (const std::length_error &e) {
+        kpr_op_desc op = op_in;
+        op.struct_size = sizeof op;
+        throw Error(fmt::format("bench {}: a buffer is too large to allocate ({}; {} bytes of weights)", describe(op),
+                                e.what(), weight_bytes(op)));
+    }
 }
 
 // ---- decode window --------------------------------------------------------------------------------

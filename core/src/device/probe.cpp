@@ -9,11 +9,15 @@
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <fstream>
+#include <optional>
 #include <set>
 
 namespace kpr {
@@ -263,21 +267,72 @@ std::vector<std::string> simulated_device_names() {
     return out;
 }
 
+namespace {
+const char *toml_type_name(const toml::node &n) {
+    switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date/time";
+    }
+}
+} // namespace
+
 Device load_device_file(const std::filesystem::path &file) {
+    const std::string path = file.string();
+    // toml++ reports a missing file as a syntax error at 0:0 and a folder as an empty document: say what it is.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+        throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    if (S_ISDIR(st.st_mode)) throw Error(fmt::format("{}: cannot open: is a directory, not a device file", path));
+    if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: cannot open: not a regular file", path));
+    if (::access(path.c_str(), R_OK) != 0)
+        throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
     toml::table t;
     try {
-        t = toml::parse_file(file.string());
+        t = toml::parse_file(path);
     } catch (const toml::parse_error &e) {
-        throw Error(fmt::format("{}:{}:{}: syntax error: {}", file.string(), e.source().begin.line,
-                                e.source().begin.column, e.description()));
+        throw Error(fmt::format("{}:{}:{}: syntax error: {}", path, e.source().begin.line, e.source().begin.column,
+                                e.description()));
     }
+    auto where = [&](const toml::node &n) {
+        return fmt::format("{}:{}:{}", path, n.source().begin.line, n.source().begin.column);
+    };
     auto dev = t["device"];
-    if (!dev.is_table()) throw Error(fmt::format("{}: no [device] table", file.string()));
+    if (!dev) throw Error(fmt::format("{}: no [device] table", path));
+    if (!dev.is_table())
+        throw Error(fmt::format("{}: device: expected a [device] table, found {}", where(*dev.node()),
+                                toml_type_name(*dev.node())));
+    for (auto &&[key, v] : t)
+        if (key.str() != "device")
+            throw Error(fmt::format("{}:{}:{}: {}: unknown key (a device file holds one [device] table)", path,
+                                    key.source().begin.line, key.source().begin.column, key.str()));
+    static const std::set<std::string> keys = {"like", "name", "cc", "sm_count", "smem_per_block", "smem_per_block_optin",
+                                               "smem_per_sm", "l2_bytes", "memory_bytes", "bandwidth_gbps"};
+    for (auto &&[key, v] : *dev.as_table()) {
+        std::string k_(key.str());
+        if (!keys.count(k_))
+            throw Error(fmt::format("{}:{}:{}: device.{}: unknown key", path, v.source().begin.line,
+                                    v.source().begin.column, k_));
+    }
+    // A key that is present must have its type: a value of the wrong type is never replaced by a default.
+    auto string_key = [&](const char *key, const char *example) -> std::optional<std::string> {
+        auto node = dev[key];
+        if (!node) return std::nullopt;
+        if (auto v = node.value_exact<std::string>()) return *v;
+        throw Error(fmt::format("{}: device.{}: expected a string (for example {} = {}), found {}", where(*node.node()),
+                                key, key, example, toml_type_name(*node.node())));
+    };
+
     Device d;
-    std::string base = dev["like"].value_or(std::string());
-    if (!base.empty()) {
-        auto s = simulated_device(base);
-        if (!s) throw Error(fmt::format("{}: device.like: unknown device '{}'", file.string(), base));
+    if (auto base = string_key("like", "\"p100\"")) {
+        auto s = simulated_device(*base);
+        if (!s)
+            throw Error(fmt::format("{}: device.like: unknown device '{}' (known: {})", where(*dev["like"].node()),
+                                    *base, fmt::join(simulated_device_names(), ", ")));
         d = *s;
     } else {
         d.desc.struct_size = sizeof d.desc;
@@ -288,33 +343,32 @@ Device load_device_file(const std::filesystem::path &file) {
     }
     d.id = "sim:" + file.stem().string();
     kpr_device_desc &k = d.desc;
-    static const std::set<std::string> keys = {"like", "name", "cc", "sm_count", "smem_per_block", "smem_per_block_optin",
-                                               "smem_per_sm", "l2_bytes", "memory_bytes", "bandwidth_gbps"};
-    for (auto &&[key, v] : *dev.as_table()) {
-        std::string k_(key.str());
-        if (!keys.count(k_))
-            throw Error(fmt::format("{}:{}:{}: device.{}: unknown key", file.string(), v.source().begin.line,
-                                    v.source().begin.column, k_));
+    if (auto n = string_key("name", "\"Tesla P100\"")) {
+        if (n->empty()) throw Error(fmt::format("{}: device.name: is empty", where(*dev["name"].node())));
+        std::snprintf(k.name, sizeof k.name, "%s", n->c_str());
     }
-    if (auto n = dev["name"].value<std::string>()) std::snprintf(k.name, sizeof k.name, "%s", n->c_str());
-    if (auto cc = dev["cc"].value<std::string>()) {
+    if (auto cc = string_key("cc", "\"6.0\"")) {
         int ma = 0, mi = 0;
-        if (std::sscanf(cc->c_str(), "%d.%d", &ma, &mi) != 2 || ma < 3 || ma > 20 || mi < 0 || mi > 9)
-            throw Error(fmt::format("{}: device.cc: '{}' is not a compute capability like \"6.0\"", file.string(), *cc));
+        char rest = 0;
+        if (std::sscanf(cc->c_str(), "%d.%d%c", &ma, &mi, &rest) != 2 || ma < 3 || ma > 20 || mi < 0 || mi > 9)
+            throw Error(fmt::format("{}: device.cc: '{}' is not a compute capability like \"6.0\"",
+                                    where(*dev["cc"].node()), *cc));
         k.cc_major = ma;
         k.cc_minor = mi;
     }
-    if (k.cc_major == 0) throw Error(fmt::format("{}: device.cc is required (for example cc = \"6.0\")", file.string()));
-    auto where = [&](const toml::node &n) {
-        return fmt::format("{}:{}:{}", file.string(), n.source().begin.line, n.source().begin.column);
-    };
+    if (k.cc_major == 0) throw Error(fmt::format("{}: device.cc is required (for example cc = \"6.0\")", path));
     auto uint_key = [&](const char *key, auto &field) {
         auto node = dev[key];
         if (!node) return;
+        using T = std::remove_reference_t<decltype(field)>;
         auto v = node.value_exact<int64_t>();
-        if (!v || *v < 0 || uint64_t(*v) > std::numeric_limits<std::remove_reference_t<decltype(field)>>::max())
-            throw Error(fmt::format("{}: device.{}: expected a non-negative integer", where(*node.node()), key));
-        field = static_cast<std::remove_reference_t<decltype(field)>>(*v);
+        if (!v)
+            throw Error(fmt::format("{}: device.{}: expected an integer, found {}", where(*node.node()), key,
+                                    toml_type_name(*node.node())));
+        if (*v < 1 || uint64_t(*v) > std::numeric_limits<T>::max())
+            throw Error(fmt::format("{}: device.{}: {} is out of range (1 to {})", where(*node.node()), key, *v,
+                                    uint64_t(std::numeric_limits<T>::max())));
+        field = static_cast<T>(*v);
     };
     uint_key("sm_count", k.sm_count);
     uint_key("smem_per_block", k.smem_per_block);
@@ -322,12 +376,18 @@ Device load_device_file(const std::filesystem::path &file) {
     uint_key("smem_per_sm", k.smem_per_sm);
     uint_key("l2_bytes", k.l2_bytes);
     uint_key("memory_bytes", k.memory_bytes);
+    if (k.sm_count == 0)
+        throw Error(fmt::format("{}: device.sm_count is required without device.like (for example sm_count = 56)", path));
     if (!k.smem_per_block) k.smem_per_block = 48u << 10;
     if (!k.smem_per_block_optin) k.smem_per_block_optin = k.smem_per_block;
     if (auto node = dev["bandwidth_gbps"]) {
         auto v = node.value<double>();
-        if (!v || !(*v >= 0) || node.is_boolean() || node.is_string())
-            throw Error(fmt::format("{}: device.bandwidth_gbps: expected a non-negative number", where(*node.node())));
+        if (!v || node.is_boolean() || node.is_string())
+            throw Error(fmt::format("{}: device.bandwidth_gbps: expected a number, found {}", where(*node.node()),
+                                    toml_type_name(*node.node())));
+        if (!std::isfinite(*v) || *v < 0)
+            throw Error(fmt::format("{}: device.bandwidth_gbps: {} is out of range (a finite number >= 0)",
+                                    where(*node.node()), *v));
         k.peak_bandwidth_gbps = *v;
     }
     k.has_dp4a = (k.cc_major > 6 || (k.cc_major == 6 && k.cc_minor >= 1));

@@ -167,36 +167,52 @@ uint64_t min_value_bytes(uint32_t type) {
     return 1;
 }
 
+// The name of a metadata field ("value", "value[3]", "value[3][0]"), spelt out only when a message needs
+// it: an array of millions of elements must not build millions of strings.
+struct FieldName {
+    const std::string *base = nullptr; // the top-level name (parent == nullptr)
+    const FieldName *parent = nullptr; // the array this is an element of
+    uint64_t index = 0;
+    std::string str() const { return parent ? parent->str() + "[" + std::to_string(index) + "]" : *base; }
+};
+
+inline std::string field_str(const std::string &s) { return s; }
+inline std::string field_str(const FieldName &f) { return f.str(); }
+
 class Cursor {
 public:
     Cursor(const std::string &file, const uint8_t *base, uint64_t size) : file_(file), base_(base), size_(size) {}
 
     uint64_t pos() const { return pos_; }
     uint64_t remaining() const { return size_ - pos_; }
+    uint64_t values() const { return values_; }
     [[noreturn]] void fail(const std::string &where, const std::string &what) const {
         throw Error(file_ + ": " + where + ": " + what);
     }
 
-    void need(uint64_t n, const std::string &where, const std::string &field) const {
+    template <typename F>
+    void need(uint64_t n, const std::string &where, const F &field, const char *suffix = "") const {
         if (n > remaining())
-            fail(where, "field '" + field + "' (" + std::to_string(n) + " bytes at offset " + std::to_string(pos_) +
-                            ") runs past the end of the file (size " + std::to_string(size_) + ")");
+            fail(where, "field '" + field_str(field) + suffix + "' (" + std::to_string(n) + " bytes at offset " +
+                            std::to_string(pos_) + ") runs past the end of the file (size " + std::to_string(size_) +
+                            ")");
     }
 
-    template <typename T>
-    T read(const std::string &where, const std::string &field) {
-        need(sizeof(T), where, field);
+    template <typename T, typename F>
+    T read(const std::string &where, const F &field, const char *suffix = "") {
+        need(sizeof(T), where, field, suffix);
         T v;
         std::memcpy(&v, base_ + pos_, sizeof(T));
         pos_ += sizeof(T);
         return v;
     }
 
-    std::string read_string(const std::string &where, const std::string &field) {
+    template <typename F>
+    std::string read_string(const std::string &where, const F &field) {
         const uint64_t at = pos_;
-        const uint64_t len = read<uint64_t>(where, field + " length");
+        const uint64_t len = read<uint64_t>(where, field, " length");
         if (len > remaining())
-            fail(where, "field '" + field + "' string length " + std::to_string(len) + " at offset " +
+            fail(where, "field '" + field_str(field) + "' string length " + std::to_string(len) + " at offset " +
                             std::to_string(at) + " runs past the end of the file (size " + std::to_string(size_) + ")");
         std::string s(reinterpret_cast<const char *>(base_ + pos_), static_cast<size_t>(len));
         pos_ += len;
@@ -204,14 +220,28 @@ public:
     }
 
     // A count of elements at least `min_each` bytes long each must fit in what is left of the file.
-    void check_count(uint64_t count, uint64_t min_each, const std::string &where, const std::string &field) const {
+    template <typename F>
+    void check_count(uint64_t count, uint64_t min_each, const std::string &where, const F &field,
+                     const char *suffix = "") const {
         if (count > remaining() / min_each)
-            fail(where, "field '" + field + "' = " + std::to_string(count) + " cannot fit in the " +
+            fail(where, "field '" + field_str(field) + suffix + "' = " + std::to_string(count) + " cannot fit in the " +
                             std::to_string(remaining()) + " bytes left of the file (size " + std::to_string(size_) +
                             "; each entry needs at least " + std::to_string(min_each) + " bytes)");
     }
 
-    Value read_value(uint32_t type, const std::string &where, const std::string &field, int depth) {
+    // Counts `n` more decoded metadata values against kMaxMetadataValues (each costs about 40 bytes of
+    // memory however small it is in the file).
+    template <typename F>
+    void add_values(uint64_t n, const std::string &where, const F &field, const char *suffix = "") {
+        if (n > kMaxMetadataValues - values_)
+            fail(where, "field '" + field_str(field) + suffix + "' = " + std::to_string(n) +
+                            " takes the file's metadata past kpr's limit of " + std::to_string(kMaxMetadataValues) +
+                            " values in all (" + std::to_string(values_) +
+                            " before this one; real models have about a million at most)");
+        values_ += n;
+    }
+
+    Value read_value(uint32_t type, const std::string &where, const FieldName &field, int depth) {
         switch (static_cast<ValueType>(type)) {
         case ValueType::U8: return Value::u8(read<uint8_t>(where, field));
         case ValueType::I8: return Value::i8(read<int8_t>(where, field));
@@ -227,21 +257,26 @@ public:
         case ValueType::F64: return Value::f64(read<double>(where, field));
         case ValueType::Array: {
             if (depth >= kMaxArrayDepth)
-                fail(where, "field '" + field + "' nests arrays deeper than " + std::to_string(kMaxArrayDepth));
-            const uint32_t et = read<uint32_t>(where, field + " element type");
+                fail(where, "field '" + field.str() + "' nests arrays deeper than " + std::to_string(kMaxArrayDepth));
+            const uint32_t et = read<uint32_t>(where, field, " element type");
             if (et > 12)
-                fail(where, "field '" + field + " element type' = " + std::to_string(et) + " is not a GGUF value type");
-            const uint64_t n = read<uint64_t>(where, field + " count");
-            check_count(n, min_value_bytes(et), where, field + " count");
+                fail(where, "field '" + field.str() + " element type' = " + std::to_string(et) +
+                                " is not a GGUF value type");
+            const uint64_t n = read<uint64_t>(where, field, " count");
+            check_count(n, min_value_bytes(et), where, field, " count");
+            add_values(n, where, field, " count");
             Array a;
             a.type = static_cast<ValueType>(et);
-            a.items.reserve(static_cast<size_t>(std::min<uint64_t>(n, 65536))); // grows with what is read
-            for (uint64_t i = 0; i < n; ++i)
-                a.items.push_back(read_value(et, where, field + "[" + std::to_string(i) + "]", depth + 1));
+            // n is bounded by the file size and by kMaxMetadataValues, so this can be reserved at once.
+            a.items.reserve(static_cast<size_t>(n));
+            for (uint64_t i = 0; i < n; ++i) {
+                const FieldName element{nullptr, &field, i};
+                a.items.push_back(read_value(et, where, element, depth + 1));
+            }
             return Value::array(std::move(a));
         }
         }
-        fail(where, "field '" + field + " type' = " + std::to_string(type) + " is not a GGUF value type");
+        fail(where, "field '" + field.str() + " type' = " + std::to_string(type) + " is not a GGUF value type");
     }
 
 private:
@@ -249,6 +284,7 @@ private:
     const uint8_t *base_;
     uint64_t size_;
     uint64_t pos_ = 0;
+    uint64_t values_ = 0; // metadata values decoded so far, array elements included
 };
 
 std::string quoted(const std::string &s) {
@@ -356,7 +392,9 @@ void File::parse() {
         const std::string where = "key " + quoted(key);
         const uint32_t type = c.read<uint32_t>(where, "type");
         if (type > 12) c.fail(where, "field 'type' = " + std::to_string(type) + " is not a GGUF value type");
-        Value v = c.read_value(type, where, "value", 0);
+        static const std::string kValue = "value";
+        c.add_values(1, where, kValue);
+        Value v = c.read_value(type, where, FieldName{&kValue}, 0);
         if (kv_index_.count(key))
             c.fail(where, "field 'key' is duplicated (first seen as key #" + std::to_string(kv_index_[key]) + ")");
         kv_index_.emplace(key, kvs_.size());

@@ -4,6 +4,7 @@
 #include <kpr/error.hpp>
 
 #include "util/atomic_file.hpp"
+#include "util/json_text.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -205,7 +206,7 @@ std::string cell(const json &v) {
     if (v.is_string()) return esc(v.get<std::string>());
     if (v.is_number_float()) return num(v.get<double>());
     if (v.is_null()) return "";
-    return esc(v.dump());
+    return esc(json_text(v));
 }
 
 } // namespace
@@ -317,7 +318,7 @@ void write_report(const std::string &dir, const std::string &json_text) {
     auto write = [&](const std::string &name, const std::string &text) {
         util::write_file_atomic((std::filesystem::path(dir) / name).string(), text);
     };
-    write("report.json", j.dump(2) + "\n");
+    write("report.json", kpr::json_text(j, 2) + "\n");
     write("report.html", h);
 }
 

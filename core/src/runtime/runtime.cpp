@@ -2,6 +2,7 @@
 #include "runtime/internal.hpp"
 #include "device/cuda_driver.hpp"
 #include "device/probe.hpp"
+#include "util/json_text.hpp"
 
 #include <kpr/formats.hpp>
 
@@ -349,7 +350,7 @@ std::string Plan::to_json() const {
         if (a.calibrated_us) e["calibrated_us"] = *a.calibrated_us;
         j["answers"].push_back(e);
     }
-    return j.dump(2);
+    return json_text(j, 2);
 }
 
 PreparedOp Plan::prepare(const void *weights, uint64_t bytes, uint64_t identity) const {

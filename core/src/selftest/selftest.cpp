@@ -2,6 +2,8 @@
 #include <kpr/selftest.hpp>
 
 #include "device/cuda_driver.hpp"
+#include "device/memory_check.hpp"
+#include "util/json_text.hpp"
 #include "runtime/internal.hpp"
 #include "util/atomic_file.hpp"
 
@@ -24,6 +26,7 @@
 #include <unistd.h>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <random>
 #include <thread>
 
@@ -187,6 +190,27 @@ CaseData make_data(const kpr_op_desc &op, uint64_t seed, formats::ActRounding ro
     return d;
 }
 
+// What make_data and run_on allocate for `op`, added up and checked before they do, so that a provider's
+// case with a shape too large for this machine fails with the op and the bytes instead of std::bad_alloc.
+void check_case_memory(const kpr_op_desc &op, const Device &dev, bool rounded, const std::string &what) {
+    using detail::sat_add;
+    using detail::sat_mul;
+    const uint32_t used = op.kind == KPR_OP_GEMV_GROUPED ? op.n_used : 1;
+    const uint64_t w = weight_bytes(op);
+    const uint64_t xn = sat_mul(uint64_t(op.ncols) * op.x_slots, op.cols);
+    const uint64_t yn = sat_mul(uint64_t(op.ncols) * used, op.rows);
+    // make_data: weights, x (and its rounded copy), ref (and ref_q) in double; run_on: y's NaN fill and
+    // the result, twice for a parity case.
+    uint64_t host = sat_add(w, sat_mul(xn, rounded ? 8 : 4));
+    host = sat_add(host, sat_mul(yn, rounded ? 16 : 8));
+    host = sat_add(host, sat_mul(yn, 12));
+    // The guarded copies that the provider reads and writes.
+    const uint64_t guarded = sat_add(sat_add(w, sat_mul(xn, 4)), sat_mul(yn, 4));
+    if (dev.is_cuda()) detail::check_device_bytes(dev, guarded, what + " (weights, x and y on the device)");
+    else host = sat_add(host, guarded);
+    detail::check_host_bytes(host, what + " (weights, x, y and the double-precision reference)");
+}
+
 // Runs `p` on the data; returns y. Throws kpr::Error on a provider error or a guard violation.
 std::vector<float> run_on(const RuntimeImpl &rt, const LoadedProvider &p, const Device &dev, const kpr_op_desc &op,
                           const OptionStore &opts, const CaseData &data, double *ms) {
@@ -284,6 +308,8 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
                 r.message = fmt::format("declined its own case: {}", offer.reason);
             } else {
                 uint64_t case_seed = mix(seed, hash_str(p.info.name + "/" + r.case_name));
+                check_case_memory(op, dev, rounding != formats::ActRounding::Float,
+                                  fmt::format("case '{}': {}", r.case_name, r.op));
                 CaseData data = make_data(op, case_seed, rounding);
                 std::vector<float> y = run_on(rt, p, dev, op, *store, data, &r.ms);
                 std::string bad;
@@ -332,6 +358,10 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
                 }
             }
         }
+    } catch (const std::bad_alloc &) {
+        r.outcome = SelftestResult::Outcome::Failed;
+        r.message = r.op.empty() ? "out of memory (std::bad_alloc)"
+                                 : fmt::format("{}: out of memory (std::bad_alloc)", r.op);
     } catch (const std::exception &e) {
         r.outcome = SelftestResult::Outcome::Failed;
         r.message = e.what();
@@ -623,7 +653,7 @@ int run_selftest_child(const Runtime &rt_, const SelftestOptions &opts, int fd) 
         n = p->selftest_count(dev.desc);
     } catch (const Error &e) {
         write_line(fd, "T 0");
-        write_line(fd, "R " + to_json(failed_result(p->info.name, dev, "(enumerate)", opts.seed, e.what())).dump());
+        write_line(fd, "R " + json_text(to_json(failed_result(p->info.name, dev, "(enumerate)", opts.seed, e.what()))));
         write_line(fd, "E");
         return 0;
     }
@@ -636,7 +666,7 @@ int run_selftest_child(const Runtime &rt_, const SelftestOptions &opts, int fd) 
         } catch (const Error &) {
         }
         std::optional<SelftestResult> r = run_case(rt, *p, dev, opts, opts.seed, i);
-        write_line(fd, r ? "R " + to_json(*r).dump() : std::string("X"));
+        write_line(fd, r ? "R " + json_text(to_json(*r)) : std::string("X"));
     }
     write_line(fd, "E");
     return 0;
@@ -736,8 +766,10 @@ std::string record_selftest_results(const Runtime &rt, const std::vector<Selftes
                                 {"reason", r.reason}, {"when", r.when}, {"host", r.host}});
     std::error_code ec;
     std::filesystem::create_directories(file.parent_path(), ec);
+    // The text is made before the temporary is created, so nothing can fail between the two.
+    const std::string text = json_text(j, 2) + "\n";
     try {
-        util::write_file_atomic(file.string(), j.dump(2) + "\n");
+        util::write_file_atomic(file.string(), text);
     } catch (const Error &e) {
         return fmt::format("{}: cannot write the self-test state file: {}", file.string(), e.what());
     }

@@ -432,7 +432,7 @@ TEST_F(Cli, SelftestCasesThatBreakTheAbiFailClearly) {
         ASSERT_TRUE(j["results"].is_array()) << show(r);
         EXPECT_EQ(j["results"].size(), 6u) << j.dump(2);
         std::string all = j.dump();
-        EXPECT_TRUE(contains(all, "malformed name 'f32 8x32 n1\\\\x0aT 0\\\\x0aE'")) << j.dump(2);
+        EXPECT_TRUE(contains(all, "control character in its name 'f32 8x32 n1\\\\x0aT 0\\\\x0aE'")) << j.dump(2);
         EXPECT_TRUE(contains(all, "overrides option 'bgu', which the provider does not declare")) << j.dump(2);
         EXPECT_EQ(j["passed"], 2) << j.dump(2); // "f32 ok" and "internal ok"
         EXPECT_EQ(j["failed"], 4) << j.dump(2);

@@ -99,9 +99,11 @@ __device__ __forceinline__ void block_d_scales(uint32_t row, uint32_t p, uint32_
 //   PERM           whether the activations come permuted within each block (tile_perm_pos)
 //   Row, load<B>   what one lane takes from block B of a row chunk in its stage for its A fragments
 //                  (words and scales), loaded once per block
-//   product<U>     32-weight unit U of two rows' loaded blocks (the lane's rows g and g + 8) times the B
+//   product<U, X16>  32-weight unit U of two rows' loaded blocks (the lane's rows g and g + 8) times the B
 //                  fragment b: the exact integer sums of the C fragment, and each row's scale dw and
-//                  offset mw for the unit (A fragment: weights k 4t..4t+3 and 16+4t..16+4t+3 of each row)
+//                  offset mw for the unit (A fragment: weights k 4t..4t+3 and 16+4t..16+4t+3 of each row);
+//                  X16 (the deferred folds only): odd units' sums may come 2^ODD_SHIFT times too large
+//   ODD_SHIFT      how much larger product<U, true> makes an odd unit's sums (a power of two, exact)
 //   fold           one unit's integer sum into a float accumulator
 //   DEFER          whether the one-column kernel may defer the folds (gemv_mma_kernel): then load<B, false>
 //                  leaves the scales out and defer_scales gives those of a lane's own two units
@@ -118,6 +120,7 @@ struct MmaQ8_0 {
     using Block = TQ8_0;
     static constexpr uint32_t CB = 8; // blocks per chunk: 272 bytes
     static constexpr bool SUMS = false, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
+    static constexpr uint32_t ODD_SHIFT = 0;
     struct Row {
         uint32_t lo, hi;
         float d;
@@ -137,7 +140,7 @@ struct MmaQ8_0 {
         }
         return r;
     }
-    template <uint32_t U>
+    template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         const uint32_t a[4] = {r0.lo, r8.lo, r0.hi, r8.hi};
@@ -219,6 +222,7 @@ struct MmaQ4Like {
     static constexpr bool NL = T::TYPE == KPR_TYPE_IQ4_NL;
     static constexpr uint32_t CB = 8;
     static constexpr bool SUMS = false, PERM = NL, DEFER = true, BRANCH_FREE_QUANT = !NL;
+    static constexpr uint32_t ODD_SHIFT = 0;
     struct Row {
         uint32_t w;
         float d;
@@ -233,7 +237,7 @@ struct MmaQ4Like {
         return r;
     }
     // the product of the two rows' A fragments (unit U of the rows' loaded blocks) with b, and their scales
-    template <uint32_t U>
+    template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         if constexpr (NL) {
@@ -267,6 +271,7 @@ struct MmaIQ4_XS {
     using Block = TIQ4_XS;
     static constexpr uint32_t CB = 2;
     static constexpr bool SUMS = false, PERM = true, DEFER = true, BRANCH_FREE_QUANT = false;
+    static constexpr uint32_t ODD_SHIFT = 0;
     struct Row {
         float d;
         uint32_t sh, sl; // the scales' high bits (2 per unit), their low nibbles (4 per unit)
@@ -286,7 +291,7 @@ struct MmaIQ4_XS {
         for (uint32_t j = 0; j < 8; ++j) r.q[j] = lds_u32(base + 8u + 16u * j + 4u * t);
         return r;
     }
-    template <uint32_t U>
+    template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         iq4_product<false>(r0.q[U], r8.q[U], b, sum);
@@ -332,7 +337,11 @@ struct MmaQ45K {
     using Block = T;
     static constexpr bool Q5 = T::TYPE == KPR_TYPE_Q5_K;
     static constexpr uint32_t CB = 1, QS = Q5 ? 48 : 16; // qs's offset in the block
+    // BRANCH_FREE_QUANT measured 0.94x at Q4_K 2048 x 8192 (docs/cuda-tuning-log.md, thirty-seventh session)
     static constexpr bool SUMS = true, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
+    // Q4_K's odd units are the high nibbles: with X16 they go into the mma in place, n 16 = w & 0xF0F0F0F0 (one
+    // logic op instead of a shift and one), and their sums come out 16 times too large, exactly
+    static constexpr uint32_t ODD_SHIFT = Q5 ? 0 : 4;
     struct Row {
         float d, dmin;
         uint32_t sc[2], m[2];  // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
@@ -377,11 +386,12 @@ struct MmaQ45K {
         }
         return r;
     }
-    template <uint32_t U>
+    template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         constexpr uint32_t g = U / 2, sh = 4 * (U % 2), h = U / 4, by = 8 * (U % 4);
         auto q = [](uint32_t w, uint32_t hw) {
+            if constexpr (X16 && ODD_SHIFT != 0 && U % 2 == 1) return w & 0xF0F0F0F0u;
             uint32_t v = (w >> sh) & 0x0F0F0F0Fu;
             if constexpr (Q5) v |= ((hw >> U) & 0x01010101u) << 4;
             return v;
@@ -393,9 +403,12 @@ struct MmaQ45K {
         dw1 = byte_times(r8.d, r8.sc[h], by);
         mw1 = byte_times(r8.dmin, r8.m[h], by);
     }
-    // a unit's scale d sc_j or offset dmin m_j: f times the byte of w at bit by
+    // a unit's scale d sc_j or offset dmin m_j: f times the byte of w at bit by. The byte goes into the mantissa
+    // of 2^23 by a byte permute, and one exact subtraction makes it the float: no conversion instruction (I2F
+    // runs at a quarter of the FMA rate on 8.0 and 9.0)
     __device__ __forceinline__ static float byte_times(float f, uint32_t w, uint32_t by) {
-        return __fmul_rn(f, static_cast<float>((w >> by) & 0xFFu));
+        const float b = __fsub_rn(__uint_as_float(prmt(w, 0x4B000000u, 0x7540u | (by >> 3))), 8388608.0f);
+        return __fmul_rn(f, b);
     }
     // DEFER: the scales and offsets of units 2t, 2t + 1 of block p
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {
@@ -734,7 +747,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
                 float dw0, dw1, mw0, mw1;
                 if constexpr (FX) {
                     constexpr uint32_t p = ui / 8, u = ui % 8; // u: its B column
-                    M::template product<decltype(uc)::value>(r0, r8, bq[p], sum, dw0, mw0, dw1, mw1);
+                    M::template product<decltype(uc)::value, DF>(r0, r8, bq[p], sum, dw0, mw0, dw1, mw1);
                     const bool mine = t == u / 2; // column u of the C fragment is this lane's
                     if constexpr (DF) {
                         keep[p][u % 2][0] = mine ? sum[u % 2] : keep[p][u % 2][0];
@@ -744,7 +757,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
                             for (int k = 1; k < TR; ++k) {
                                 int s2[4];
                                 float e0, e1, e2, e3;
-                                M::template product<decltype(uc)::value>(rts[2 * k - 2][bb], rts[2 * k - 1][bb], bq[p], s2, e0, e1, e2, e3);
+                                M::template product<decltype(uc)::value, DF>(rts[2 * k - 2][bb], rts[2 * k - 1][bb], bq[p], s2, e0, e1, e2, e3);
                                 keep[p][u % 2][2 * k] = mine ? s2[u % 2] : keep[p][u % 2][2 * k];
                                 keep[p][u % 2][2 * k + 1] = mine ? s2[2 + u % 2] : keep[p][u % 2][2 * k + 1];
                             }
@@ -786,11 +799,12 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
 #pragma unroll
                 for (uint32_t j = 0; j < 2; ++j) {
                     const float dx = j ? dxb[p] : dxa[p], sx = j ? sxb[p] : sxa[p];
-                    acc[0] = M::fold(keep[p][j][0], kd[p][j][0], km[p][j][0], dx, sx, acc[0]);
-                    acc[2] = M::fold(keep[p][j][1], kd[p][j][1], km[p][j][1], dx, sx, acc[2]);
+                    const int sh = j ? M::ODD_SHIFT : 0; // unit 2t + j is odd for j = 1 (product<U, true>)
+                    acc[0] = M::fold(keep[p][j][0] >> sh, kd[p][j][0], km[p][j][0], dx, sx, acc[0]);
+                    acc[2] = M::fold(keep[p][j][1] >> sh, kd[p][j][1], km[p][j][1], dx, sx, acc[2]);
                     if constexpr (TR > 1) { // rows g + 16, g + 24 (TR = 2)
-                        acc[1] = M::fold(keep[p][j][2], kd[p][j][2], km[p][j][2], dx, sx, acc[1]);
-                        acc[3] = M::fold(keep[p][j][3], kd[p][j][3], km[p][j][3], dx, sx, acc[3]);
+                        acc[1] = M::fold(keep[p][j][2] >> sh, kd[p][j][2], km[p][j][2], dx, sx, acc[1]);
+                        acc[3] = M::fold(keep[p][j][3] >> sh, kd[p][j][3], km[p][j][3], dx, sx, acc[3]);
                     }
                 }
         }

@@ -126,3 +126,19 @@ TEST(CalibrationFile, IntegersOutOfRangeAreRefused) {
     ASSERT_EQ(g.entries.size(), 1u);
     EXPECT_EQ(cal::key_of(g.entries[0].device, g.entries[0].op), cal::key_of(f.entries[0].device, f.entries[0].op));
 }
+
+// A float where an integer belongs was cast to int64_t by toml++ before its range was checked (undefined
+// behaviour for 4294967e95: UBSan in the `files` fuzz target). A whole float in range still counts.
+TEST(CalibrationFile, FloatsForIntegersAreRangeCheckedBeforeTheCast) {
+    TempDir tmp;
+    for (const char *v : {"4294967e95", "-1e300", "9.3e18", "inf", "nan", "4.5"}) {
+        std::string e = load_error(tmp.write("float.toml", kEntry + "rows = 4\ncols = 32\nncols = " + v + "\n"));
+        EXPECT_NE(e.find("'ncols'"), std::string::npos) << v << ": " << e;
+    }
+    cal::File f = cal::File::load(tmp.write("whole.toml", kEntry + "rows = 4.0\ncols = 3.2e1\nncols = 1\n"));
+    ASSERT_EQ(f.entries.size(), 1u);
+    EXPECT_EQ(f.entries[0].op.rows, 4u);
+    EXPECT_EQ(f.entries[0].op.cols, 32u);
+    EXPECT_NO_THROW(cal::File::load(tmp.write("version.toml", "version = 1e300\n")));
+    EXPECT_THROW(cal::File::load(tmp.write("version2.toml", "version = 2.0\n")), kpr::Error);
+}

@@ -81,6 +81,17 @@ template <typename T> T need(const toml::table &t, const char *k, const std::str
     return *v;
 }
 
+// An integer, or a float that holds a whole number (as toml++'s value<int64_t>() reads them). Not that
+// function itself: it casts the float to int64_t before checking the range, undefined behaviour for
+// 4294967e95 (UBSan, the `files` fuzz target).
+std::optional<int64_t> integer(const toml::node *n) {
+    if (!n) return std::nullopt;
+    if (auto v = n->value_exact<int64_t>()) return v;
+    if (auto d = n->value_exact<double>(); d && std::isfinite(*d) && *d >= -0x1p63 && *d < 0x1p63 && std::trunc(*d) == *d)
+        return static_cast<int64_t>(*d);
+    return std::nullopt;
+}
+
 // An integer for an unsigned field of type U. A value that does not fit (negative, too large) is an error:
 // a cast would change it, silently, and save() would write 2^64 - 1 for rows = -1, which no TOML reader
 // (this one included) accepts -- the file would no longer load.
@@ -91,11 +102,13 @@ template <typename U> U fit(const toml::table &t, const char *k, int64_t v, cons
     return static_cast<U>(v);
 }
 template <typename U> U need_unsigned(const toml::table &t, const char *k, const std::string &where) {
-    return fit<U>(t, k, need<int64_t>(t, k, where), where);
+    auto v = integer(t.get(k));
+    if (!v) throw Error(fmt::format("{}: key '{}' is missing or has the wrong type", at(t, k, where), k));
+    return fit<U>(t, k, *v, where);
 }
 // Absent (or not an integer, as before): `def`.
 template <typename U> U unsigned_or(const toml::table &t, const char *k, U def, const std::string &where) {
-    auto v = t[k].value<int64_t>();
+    auto v = integer(t.get(k));
     return v ? fit<U>(t, k, *v, where) : def;
 }
 
@@ -152,7 +165,7 @@ File File::load(const fs::path &path) {
     }
     std::string where = path.string();
     File f;
-    if (auto v = root["version"].value<int64_t>(); v && *v != 1)
+    if (auto v = integer(root.get("version")); v && *v != 1)
         throw Error(fmt::format("{}: calibration file version {} is not one kpr reads (1)", where, *v));
     if (auto *devs = root["devices"].as_table())
         for (auto &[k, n] : *devs) {

@@ -13,6 +13,7 @@ extern "C" int kpr_fuzz_one_gguf(const uint8_t *data, size_t size);
 extern "C" int kpr_fuzz_one_config(const uint8_t *data, size_t size);
 extern "C" int kpr_fuzz_one_npy(const uint8_t *data, size_t size);
 extern "C" int kpr_fuzz_one_op(const uint8_t *data, size_t size);
+extern "C" int kpr_fuzz_one_files(const uint8_t *data, size_t size);
 
 namespace fs = std::filesystem;
 
@@ -44,3 +45,4 @@ TEST(FuzzReplay, Gguf) { EXPECT_GT(replay("gguf", kpr_fuzz_one_gguf), 3u); }
 TEST(FuzzReplay, Config) { EXPECT_GT(replay("config", kpr_fuzz_one_config), 3u); }
 TEST(FuzzReplay, Npy) { EXPECT_GT(replay("npy", kpr_fuzz_one_npy), 3u); }
 TEST(FuzzReplay, Op) { EXPECT_GT(replay("op", kpr_fuzz_one_op), 3u); }
+TEST(FuzzReplay, Files) { EXPECT_GT(replay("files", kpr_fuzz_one_files), 3u); }

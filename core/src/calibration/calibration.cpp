@@ -11,8 +11,10 @@
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <unistd.h>
@@ -34,7 +36,8 @@ std::string quote(const std::string &s) {
         case '\n': o += "\\n"; break;
         case '\t': o += "\\t"; break;
         default:
-            if ((unsigned char)c < 0x20) o += fmt::format("\\u{:04x}", (unsigned)c);
+            // U+0000..U+001F and U+007F (DEL) may not appear raw in a TOML string.
+            if ((unsigned char)c < 0x20 || c == 0x7f) o += fmt::format("\\u{:04x}", (unsigned)c);
             else o += c;
         }
     }
@@ -64,16 +67,56 @@ fs::path resolve_path(const Config &config, const std::optional<fs::path> &expli
     return fs::path("calibration.toml");
 }
 
+// FILE:LINE:COL of key k in t, or just FILE when t has no such key.
+std::string at(const toml::table &t, const char *k, const std::string &where) {
+    auto *n = t.get(k);
+    if (!n) return where;
+    return fmt::format("{}:{}:{}", n->source().path ? *n->source().path : where, n->source().begin.line,
+                       n->source().begin.column);
+}
+
 template <typename T> T need(const toml::table &t, const char *k, const std::string &where) {
     auto v = t[k].value<T>();
-    if (!v) {
-        auto *n = t.get(k);
-        std::string at = where;
-        if (n) at = fmt::format("{}:{}:{}", n->source().path ? *n->source().path : where, n->source().begin.line,
-                                n->source().begin.column);
-        throw Error(fmt::format("{}: key '{}' is missing or has the wrong type", at, k));
-    }
+    if (!v) throw Error(fmt::format("{}: key '{}' is missing or has the wrong type", at(t, k, where), k));
     return *v;
+}
+
+// An integer, or a float that holds a whole number (as toml++'s value<int64_t>() reads them). Not that
+// function itself: it casts the float to int64_t before checking the range, undefined behaviour for
+// 4294967e95 (UBSan, the `files` fuzz target).
+std::optional<int64_t> integer(const toml::node *n) {
+    if (!n) return std::nullopt;
+    if (auto v = n->value_exact<int64_t>()) return v;
+    if (auto d = n->value_exact<double>(); d && std::isfinite(*d) && *d >= -0x1p63 && *d < 0x1p63 && std::trunc(*d) == *d)
+        return static_cast<int64_t>(*d);
+    return std::nullopt;
+}
+
+// An integer for an unsigned field of type U. A value that does not fit (negative, too large) is an error:
+// a cast would change it, silently, and save() would write 2^64 - 1 for rows = -1, which no TOML reader
+// (this one included) accepts -- the file would no longer load.
+template <typename U> U fit(const toml::table &t, const char *k, int64_t v, const std::string &where) {
+    if (v < 0 || uint64_t(v) > uint64_t(std::numeric_limits<U>::max()))
+        throw Error(fmt::format("{}: key '{}': {} is out of range (0 to {})", at(t, k, where), k, v,
+                                uint64_t(std::numeric_limits<U>::max())));
+    return static_cast<U>(v);
+}
+template <typename U> U need_unsigned(const toml::table &t, const char *k, const std::string &where) {
+    auto v = integer(t.get(k));
+    if (!v) throw Error(fmt::format("{}: key '{}' is missing or has the wrong type", at(t, k, where), k));
+    return fit<U>(t, k, *v, where);
+}
+// Absent (or not an integer, as before): `def`.
+template <typename U> U unsigned_or(const toml::table &t, const char *k, U def, const std::string &where) {
+    auto v = integer(t.get(k));
+    return v ? fit<U>(t, k, *v, where) : def;
+}
+
+// A time as TOML: three decimals where that is short; otherwise the shortest form that reads back the same
+// (toml++ refuses a number longer than 126 characters, and 1e300 with three decimals has 304).
+std::string number(double v) {
+    if (std::isfinite(v) && std::fabs(v) < 1e15) return fmt::format("{:.3f}", v);
+    return fmt::format("{}", v);
 }
 
 } // namespace
@@ -122,7 +165,7 @@ File File::load(const fs::path &path) {
     }
     std::string where = path.string();
     File f;
-    if (auto v = root["version"].value<int64_t>(); v && *v != 1)
+    if (auto v = integer(root.get("version")); v && *v != 1)
         throw Error(fmt::format("{}: calibration file version {} is not one kpr reads (1)", where, *v));
     if (auto *devs = root["devices"].as_table())
         for (auto &[k, n] : *devs) {
@@ -134,7 +177,7 @@ File File::load(const fs::path &path) {
             r.uuid = (*t)["uuid"].value_or(std::string());
             r.cc = (*t)["cc"].value_or(std::string());
             r.features = (*t)["cpu_features"].value_or(std::string());
-            r.driver = (uint32_t)(*t)["driver"].value_or(int64_t(0));
+            r.driver = unsigned_or<uint32_t>(*t, "driver", 0, where);
             f.devices[r.id] = r;
         }
     if (auto *ps = root["providers"].as_table())
@@ -157,12 +200,12 @@ File File::load(const fs::path &path) {
             std::string kind = need<std::string>(*t, "kind", where), type = need<std::string>(*t, "type", where);
             auto tid = formats::type_from_name(type);
             if (!tid) throw Error(fmt::format("{}:{}: unknown weight type '{}'", where, t->source().begin.line, type));
-            uint32_t ncols = (uint32_t)need<int64_t>(*t, "ncols", where);
-            uint64_t rows = (uint64_t)need<int64_t>(*t, "rows", where), cols = (uint64_t)need<int64_t>(*t, "cols", where);
+            uint32_t ncols = need_unsigned<uint32_t>(*t, "ncols", where);
+            uint64_t rows = need_unsigned<uint64_t>(*t, "rows", where), cols = need_unsigned<uint64_t>(*t, "cols", where);
             if (kind == "gemv_grouped")
-                e.op = gemv_grouped(*tid, rows, cols, ncols, (uint32_t)(*t)["experts"].value_or(int64_t(1)),
-                                    (uint32_t)(*t)["experts_used"].value_or(int64_t(1)),
-                                    (uint32_t)(*t)["x_slots"].value_or(int64_t(1)));
+                e.op = gemv_grouped(*tid, rows, cols, ncols, unsigned_or<uint32_t>(*t, "experts", 1, where),
+                                    unsigned_or<uint32_t>(*t, "experts_used", 1, where),
+                                    unsigned_or<uint32_t>(*t, "x_slots", 1, where));
             else if (kind == "gemv")
                 e.op = gemv(*tid, rows, cols, ncols);
             else
@@ -208,7 +251,7 @@ void File::save(const fs::path &path) const {
             o += fmt::format("experts = {}\nexperts_used = {}\nx_slots = {}\n", e.op.n_experts, e.op.n_used, e.op.x_slots);
         o += fmt::format("winner = {}\n", quote(e.winner));
         std::vector<std::string> ts, xs;
-        for (auto &[p, us] : e.times) ts.push_back(fmt::format("{} = {:.3f}", key(p), us));
+        for (auto &[p, us] : e.times) ts.push_back(fmt::format("{} = {}", key(p), number(us)));
         for (auto &[p, why] : e.excluded) xs.push_back(fmt::format("{} = {}", key(p), quote(why)));
         o += fmt::format("times = {{ {} }}\n", fmt::join(ts, ", "));
         if (!xs.empty()) o += fmt::format("excluded = {{ {} }}\n", fmt::join(xs, ", "));

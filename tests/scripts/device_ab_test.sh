@@ -65,6 +65,15 @@ expect "racecheck asked for warnings" $rc 0 "$out" "\[exp\] racecheck 'q4_k 4093
 
 out=$(KPR_FAKE_FAIL=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --selftest base exp 2>&1); rc=$?
 expect "a failing self-test fails the run" $rc 1 "$out" '\[exp\] selftest: exit 1'
+out=$(KPR_FAKE_FAIL=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --types q4_K --passes 1 --selftest --gpu-tests \
+        --check-only base base exp 2>&1); rc=$?
+expect "--check-only: the failing experiment is benched, not checked" $rc 0 "$out" 'nothing failed'
+expect "--check-only: base is checked" $rc 0 "$out" '\[base\] kpr_gpu_tests'
+expect "--check-only: the experiment is benched" $rc 0 "$out" 'pass 1 \[exp\]'
+grep -q '\[exp\] selftest\|\[exp\] kpr_gpu_tests' <<< "$out"
+expect "--check-only: the experiment is not checked" $? 1 "" ''
+out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --check-only exp,other base exp 2>&1); rc=$?
+expect "--check-only with a name that is not one of the NAMEs" $rc 2 "$out" "--check-only names 'other', which is not one of the NAMEs"
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize nomatch base 2>&1); rc=$?
 expect "a sanitizer filter that matches no case fails" $rc 1 "$out" 'no self-test case matched'
 out=$(KPR_FAKE_SAN_ERRORS=2 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize q4_k base 2>&1); rc=$?

@@ -339,7 +339,7 @@ struct MmaQ45K {
     static constexpr uint32_t CB = 1, QS = Q5 ? 48 : 16; // qs's offset in the block
     // BRANCH_FREE_QUANT measured 0.94x at Q4_K 2048 x 8192 (docs/cuda-tuning-log.md, thirty-seventh session)
     static constexpr bool SUMS = true, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
-    // Q4_K's odd units are the high nibbles: with X16 they go into the mma in place, n 16 = w & 0xF0F0F0F0 (one
+    // Q4_K's odd units are the high nibbles: with X16 they go into the mma in place, 16 n = w & 0xF0F0F0F0 (one
     // logic op instead of a shift and one), and their sums come out 16 times too large, exactly
     static constexpr uint32_t ODD_SHIFT = Q5 ? 0 : 4;
     struct Row {

@@ -1,4 +1,4 @@
-# ctest script: kpr_cuda_bench must refuse malformed --shapes, --ncols, --ab and --with values, type names it
+# ctest script: kpr_cuda_bench must refuse malformed --shapes, --ncols, --copies, --ab and --with values, type names it
 # does not know and arguments it does not know, with exit status 2 and a message naming them, before any GPU
 # is needed. -DBENCH=<path to kpr_cuda_bench>
 
@@ -23,6 +23,9 @@ foreach(flag_bad "--ab|block_lanes" "--ab|block_lanes=on" "--ab|=off,on" "--with
   list(GET fb 0 flag)
   list(GET fb 1 bad)
   expect_refused(${flag} "${bad}" "${flag}: '${bad}' is not OPTION=")
+endforeach()
+foreach(bad "0" "1025" "-1" "2x" "")
+  expect_refused(--copies "${bad}" "--copies: '${bad}' is not a copy count")
 endforeach()
 # kpr writes q4_K, not q4_k; a misspelt name used to be skipped without a word
 foreach(bad "q4_k" "q8" "iq3xxs")

@@ -10,13 +10,17 @@
 //
 //   kpr_cuda_bench [--providers generic_cuda,sm60_q8,iq_stage_tables] [--types q8_0,q4_0,...]
 //                  [--ncols 1,2,4,8] [--shapes 4096x14336,14336x4096] [--no-moe] [--breakdown]
-//                  [--tile-vs-row] [--planar] [--ab OPTION=A,B [--with OPTION=V]]
+//                  [--tile-vs-row] [--planar] [--ab OPTION=A,B [--with OPTION=V]] [--copies N]
 // Prints a markdown table. --tile-vs-row: for the types with a tensor-core tile kernel, it against the
 // row kernels (whole calls, the --types / --shapes / --ncols given), and mma_serves's pick; a type without
 // one gets a row that says so.
 // --ab OPTION=A,B: generic_cuda with its option OPTION = A and = B (and --with's option in both),
 // alternating twice per type, shape and ncols (the --types / --shapes / --ncols given), and what the offer
 // says with B. --planar: --ab planar_weights=false,true.
+// --copies N: N weight copies in rotation instead of enough for 1 GiB. With 1, a weight that fits in L2 stays
+// there, so the time is the call's compute side (decode, issue, latency), not its bandwidth: an A/B of two
+// builds' instruction cost on a card whose DRAM would hide it. The fraction column then reads above 1 or
+// near it and means nothing; the header line says so. (--breakdown keeps its own 1 GiB rotation.)
 #include "../../tests/gpu/harness.hpp"
 
 #include "bench_timing.cuh"
@@ -26,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -101,6 +106,8 @@ struct BenchCase {
     std::vector<kpr_option_value> options;
 };
 
+static uint32_t g_copies = 0; // --copies N; 0: enough copies for 1 GiB
+
 struct BenchResult {
     bool ok = false;
     std::string note;
@@ -147,7 +154,9 @@ static BenchResult bench(Provider &p, const BenchCase &bc, const kpr_device_desc
     }
     const uint64_t rb = bc.cols / ti->qk * ti->bytes;
     const uint64_t wbytes = uint64_t(op.n_experts) * bc.rows * rb;
-    const uint32_t copies = static_cast<uint32_t>(std::max<uint64_t>(2, ((uint64_t(1) << 30) + wbytes - 1) / wbytes));
+    const uint32_t copies = g_copies != 0 ? g_copies
+                                          : static_cast<uint32_t>(
+                                                std::max<uint64_t>(2, ((uint64_t(1) << 30) + wbytes - 1) / wbytes));
     std::vector<uint8_t> hw(wbytes);
     fill_blocks(bc.type, 42 + bc.type, hw.data(), uint64_t(op.n_experts) * bc.rows * bc.cols);
     const uint64_t stride = (wbytes + 255) / 256 * 256;
@@ -416,6 +425,15 @@ int main(int argc, char **argv) {
                 }
                 shapes.emplace_back(static_cast<uint32_t>(r), static_cast<uint32_t>(c));
             }
+        } else if (a == "--copies" && i + 1 < argc) {
+            const std::string t = argv[++i];
+            char *end = nullptr;
+            const unsigned long n = std::strtoul(t.c_str(), &end, 10);
+            if (t.empty() || t[0] == '-' || *end != '\0' || n < 1 || n > 1024) {
+                std::fprintf(stderr, "--copies: '%s' is not a copy count from 1 to 1024\n", t.c_str());
+                return 2;
+            }
+            g_copies = static_cast<uint32_t>(n);
         } else if (a == "--no-moe") moe = false;
         else if (a == "--breakdown") breakdown_only = true;
         else if (a == "--tile-vs-row") tile_only = true;
@@ -463,6 +481,10 @@ int main(int argc, char **argv) {
     std::printf("device: %s (cc %d.%d, %u SMs); measured read bandwidth %.0f GB/s (streaming 16-byte loads, 4 GiB, "
                 "median of 7)\n\n",
                 dev.name, dev.cc_major, dev.cc_minor, dev.sm_count, bw);
+    if (g_copies != 0)
+        std::printf("--copies %u: %u weight copies in rotation, not 1 GiB; a weight that fits in L2 is read from there, "
+                    "so the fractions below are not bandwidth figures\n\n",
+                    g_copies, g_copies);
     if (!ab.empty()) {
         auto p = load_provider("generic_cuda");
         if (!p->ok()) {

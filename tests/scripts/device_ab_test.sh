@@ -21,6 +21,7 @@ cat > "$W/p/bin/kpr_cuda_bench" <<'EOF'
 #!/usr/bin/env bash
 # pass number from a counter per provider folder; base: 10.0 10.2 10.1 us, exp: 9.0 9.4 9.2 us
 c="$KPR_PROVIDER_DIR/.calls"; n=$(( $(cat "$c" 2>/dev/null || echo 0) + 1 )); echo $n > "$c"
+echo "$*" >> "$KPR_PROVIDER_DIR/.args"
 case "$(basename "$KPR_PROVIDER_DIR"):$n" in
   base:1) t=10.0 f=0.70 ;; base:2) t=10.2 f=0.69 ;; base:3) t=10.1 f=0.70 ;;
   exp:1) t=9.0 f=0.78 ;; exp:2) t=9.4 f=0.75 ;; exp:3) t=9.2 f=0.77 ;;
@@ -56,8 +57,13 @@ out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --types q4_K base exp 2>&1
 expect "summary: medians and the ratio to the first name" $rc 0 "$out" \
   '^\| generic_cuda \| q4_K \| 4096x14336 \| 1 \| 10\.10 us, 0\.700 \| 9\.20 us, 0\.770 \(1\.10x\) \|$'
 expect "three passes, the names taking turns" $rc 0 "$out" 'pass 3 \[exp\]'
+args=$(cat "$W/u/exp/.args" 2>/dev/null)
+expect "no --copies for the bench unless asked" 0 0 "x$args" '^x--providers generic_cuda --no-moe --types q4_K --shapes 4096x14336 --ncols 1$'
 [[ "$(cat "$W/u/exp/libkpr_generic_cpu.so" 2>/dev/null)" == lib && "$(cat "$W/u/exp/libkpr_generic_cuda.so")" == exp ]]
 expect "an experiment's folder filled from base/, its own library kept" $? 0 "" ''
+out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --types q4_K --passes 1 --copies 1 base 2>&1); rc=$?
+expect "--copies in the bench header" $rc 0 "$out" '^== bench: .* --ncols 1 --copies 1, 1 passes$'
+expect "--copies reaches the bench" 0 0 "$(cat "$W/u/base/.args" 2>/dev/null)" '--ncols 1 --copies 1$'
 
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --selftest --gpu-tests --sanitize "q4_k 4093x14336 n1" base exp 2>&1); rc=$?
 expect "checks that pass" $rc 0 "$out" 'nothing failed'
@@ -89,6 +95,8 @@ out=$(bash "$AB" --bogus base 2>&1); rc=$?
 expect "an unknown option" $rc 2 "$out" "unknown option '--bogus'"
 out=$(bash "$AB" --passes 0 base 2>&1); rc=$?
 expect "a pass count of 0" $rc 2 "$out" "--passes takes 1..99, not '0'"
+out=$(bash "$AB" --copies 0 base 2>&1); rc=$?
+expect "a copy count of 0" $rc 2 "$out" "--copies takes a count from 1 to 1024, not '0'"
 out=$(bash "$AB" --types 2>&1); rc=$?
 expect "an option without its value" $rc 2 "$out" '--types needs a value'
 out=$(bash "$AB" "a/b" 2>&1); rc=$?

@@ -66,11 +66,54 @@ static std::vector<std::string> selftest_devices(const Runtime &rt, const std::s
     return devs;
 }
 
+// --list: the cases a run would run, with what each checks; exit 1 when a provider could not describe one, or
+// when --filter matched none
+static int list_cases(const Runtime &rt, const std::vector<std::string> &devices, SelftestOptions o, bool json) {
+    std::vector<SelftestCaseInfo> all;
+    for (auto &dev : devices) {
+        o.device = dev;
+        auto cs = list_selftests(rt, o);
+        all.insert(all.end(), cs.begin(), cs.end());
+    }
+    size_t bad = 0;
+    for (auto &c : all) bad += !c.error.empty();
+    if (json) {
+        nlohmann::json j = {{"count", all.size()}, {"errors", bad}, {"cases", nlohmann::json::array()}};
+        for (auto &c : all) {
+            nlohmann::json e = {{"provider", c.provider}, {"device", c.device}, {"case", c.case_name}, {"kind", c.kind},
+                                {"op", c.op}, {"threshold", c.tolerance}, {"act_rounding", c.act_rounding}};
+            if (c.quantized_tolerance > 0) e["quantized_threshold"] = c.quantized_tolerance;
+            if (!c.parity_provider.empty()) e["parity_provider"] = c.parity_provider;
+            if (!c.error.empty()) e["error"] = c.error;
+            j["cases"].push_back(e);
+        }
+        std::cout << json_text(j, 2) << "\n";
+    } else {
+        Table t({"provider", "device", "case", "kind", "op", "threshold", "rounded"});
+        for (auto &c : all)
+            t.add({c.provider, c.device, c.case_name, c.error.empty() ? c.kind : "ERROR", c.op,
+                   c.error.empty() ? fmt::format("{:.1e}", c.tolerance) : "-",
+                   c.quantized_tolerance > 0 ? fmt::format("{:.0e} ({})", c.quantized_tolerance, c.act_rounding)
+                   : !c.parity_provider.empty() ? "= " + c.parity_provider
+                                                : (c.act_rounding.empty() ? "-" : c.act_rounding)});
+        std::cout << t.str();
+        for (auto &c : all)
+            if (!c.error.empty()) std::cout << fmt::format("  {} {} ERROR: {}\n", c.provider, c.case_name, c.error);
+        std::cout << fmt::format("{} case(s){}\n", all.size(), bad ? fmt::format(", {} that the provider could not describe", bad) : "");
+    }
+    if (all.empty() && !o.filter.empty()) {
+        std::cerr << fmt::format("kpr: error: no self-test cases matched --filter '{}' (case names are case-sensitive)\n",
+                                 o.filter);
+        return 1;
+    }
+    return bad ? 1 : 0;
+}
+
 Command add_selftest(CLI::App &root, Globals &g) {
     struct Args {
         std::string provider, device, filter;
         uint64_t seed = 0;
-        bool json = false, in_process = false;
+        bool json = false, in_process = false, list = false;
         double case_timeout = 60;
     };
     auto a = std::make_shared<Args>();
@@ -85,11 +128,15 @@ Command add_selftest(CLI::App &root, Globals &g) {
     sub->add_option("--seed", a->seed, "reproduce a run (the seed is printed)");
     sub->add_option("--filter", a->filter, "only cases whose name contains this");
     sub->add_flag("--json", a->json, "machine-readable output");
+    sub->add_flag("--list", a->list,
+                  "list the cases a run would run (name, op, thresholds) without running any; reads the providers' "
+                  "case tables in this process");
     return {sub, [&g, a] {
                 Runtime rt = make_runtime(g);
                 SelftestOptions o;
                 o.provider = a->provider;
                 o.filter = a->filter;
+                if (a->list) return list_cases(rt, selftest_devices(rt, a->device), o, a->json);
                 o.contained = !a->in_process;
                 o.case_timeout_s = a->case_timeout;
                 std::vector<SelftestResult> all;
@@ -123,7 +170,7 @@ Command add_selftest(CLI::App &root, Globals &g) {
                 if (all.empty() && !a->filter.empty()) {
                     // a filter that selects nothing is a mistake (often the case: "q4_K", not "q4_k"), not a pass
                     std::cerr << fmt::format("kpr: error: no self-test cases matched --filter '{}' (case names are "
-                                             "case-sensitive; run without --filter to see them)\n",
+                                             "case-sensitive; `kpr selftest --list` shows them)\n",
                                              a->filter);
                     return 1;
                 }

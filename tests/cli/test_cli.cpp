@@ -471,6 +471,55 @@ TEST_F(Cli, SelftestPrintedSeedReproducesARandomRun) {
     (void)a;
 }
 
+// --list names the cases a run would run, in the same order, without running them: mock_selftest's "f32 wrong"
+// fails when run, and is only listed here (exit 0).
+TEST_F(Cli, SelftestListShowsTheCasesARunWouldRunWithoutRunningThem) {
+    std::vector<std::string> base = {"--provider-path", mock_dir("selftest").string(), "selftest", "--provider",
+                                     "mock_selftest", "--filter", "f32"};
+    auto l = run_kpr(cat(base, {"--list", "--json"}));
+    ASSERT_EQ(l.exit_code, 0) << show(l);
+    json jl = parse_json(l);
+    auto run = parse_json(run_kpr(cat(base, {"--seed", "5", "--json"})));
+    ASSERT_EQ(jl["count"], run["results"].size()) << jl.dump(2) << run.dump(2);
+    ASSERT_EQ(jl["cases"].size(), run["results"].size());
+    for (size_t i = 0; i < jl["cases"].size(); ++i) {
+        EXPECT_EQ(jl["cases"][i]["case"], run["results"][i]["case"]);
+        EXPECT_EQ(jl["cases"][i]["op"], run["results"][i]["op"]);
+        EXPECT_EQ(jl["cases"][i]["threshold"], run["results"][i]["threshold"]);
+        EXPECT_EQ(jl["cases"][i]["act_rounding"], run["results"][i]["act_rounding"]);
+        EXPECT_FALSE(jl["cases"][i].contains("error"));
+    }
+    auto h = run_kpr(cat(base, {"--list"}));
+    EXPECT_EQ(h.exit_code, 0) << show(h);
+    EXPECT_NE(line_with(h.out, {"mock_selftest", "f32 wrong", "reference"}), "") << show(h);
+    EXPECT_FALSE(contains(h.out, "FAIL")) << show(h);
+    EXPECT_TRUE(contains(h.out, std::to_string(jl["count"].get<size_t>()) + " case(s)")) << show(h);
+
+    auto none = run_kpr({"selftest", "--provider", "generic_cpu", "--list", "--filter", "Q8_0"});
+    EXPECT_EQ(none.exit_code, 1) << show(none);
+    EXPECT_TRUE(contains(none.err, "no self-test cases matched --filter 'Q8_0'")) << show(none);
+    auto cpu = parse_json(run_kpr({"selftest", "--provider", "generic_cpu", "--list", "--filter", "q8_0", "--json"}));
+    ASSERT_GT(cpu["count"].get<size_t>(), 0u) << cpu.dump(2);
+    for (auto &c : cpu["cases"]) EXPECT_TRUE(contains(c["case"].get<std::string>(), "q8_0")) << c.dump();
+}
+
+// Cases a provider describes against the ABI's rules are listed with the reason, and the listing exits 1.
+TEST_F(Cli, SelftestListReportsCasesTheProviderCannotDescribe) {
+    auto r = run_kpr({"--provider-path", mock_dir("badcases").string(), "selftest", "--provider", "mock_badcases",
+                      "--list", "--json"});
+    EXPECT_EQ(r.exit_code, 1) << show(r);
+    json j = parse_json(r);
+    EXPECT_EQ(j["count"], 6) << j.dump(2);
+    EXPECT_GE(j["errors"].get<int>(), 2) << j.dump(2);
+    std::string all = j.dump();
+    EXPECT_TRUE(contains(all, "control character in its name 'f32 8x32 n1\\\\x0aT 0\\\\x0aE'")) << j.dump(2);
+    EXPECT_TRUE(contains(all, "overrides option 'bgu', which the provider does not declare")) << j.dump(2);
+    auto h = run_kpr({"--provider-path", mock_dir("badcases").string(), "selftest", "--provider", "mock_badcases", "--list"});
+    EXPECT_EQ(h.exit_code, 1) << show(h);
+    EXPECT_TRUE(contains(h.out, "ERROR: provider 'mock_badcases'")) << show(h);
+    EXPECT_TRUE(contains(h.out, "that the provider could not describe")) << show(h);
+}
+
 TEST_F(Cli, SelftestWithNothingToRun) {
     auto r = run_kpr({"selftest", "--provider", "generic_cpu", "--filter", "no such case"});
     EXPECT_EQ(r.exit_code, 1) << show(r); // a filter that selects nothing fails: it is not a pass

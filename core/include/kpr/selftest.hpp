@@ -55,6 +55,22 @@ const char *to_string(SelftestResult::Outcome o);
 std::vector<SelftestResult> run_selftests(const Runtime &rt, const SelftestOptions &opts,
                                           const std::function<void(const SelftestResult &)> &progress = {});
 
+// What a self-test case checks, read without running it (`kpr selftest --list`).
+struct SelftestCaseInfo {
+    std::string provider, device, case_name, kind;  // kind: reference, parity, internal
+    std::string op;                                 // describe(op); "" for internal cases
+    std::string act_rounding;                       // as SelftestResult; "-" for internal cases
+    std::string parity_provider;                    // parity cases: the provider compared with
+    double tolerance = 0, quantized_tolerance = 0;  // quantized_tolerance: 0 where act_rounding is float or "-"
+    std::string error; // non-empty: the provider could not describe this case (or, case_name "(enumerate)", any)
+};
+
+// The cases run_selftests would run with `opts` (its provider, device and filter; the seed, containment and
+// first_case do not matter), read from each provider's case table in this process. No case runs and nothing is
+// allocated on the device. A case the provider cannot describe is listed with its error. Throws kpr::Error for an
+// unknown device or provider, or a simulated device (as run_selftests).
+std::vector<SelftestCaseInfo> list_selftests(const Runtime &rt, const SelftestOptions &opts);
+
 // The child side of a contained run: runs `opts.provider`'s cases on `opts.device` from opts.first_case
 // in this process and reports each on `fd`, one line per event:
 //   "T <count>", "B <index>" (about to run), "R <result JSON>" (finished), "E" (all done).

@@ -640,6 +640,62 @@ std::vector<SelftestResult> run_selftests(const Runtime &rt_, const SelftestOpti
     return results;
 }
 
+std::vector<SelftestCaseInfo> list_selftests(const Runtime &rt_, const SelftestOptions &opts) {
+    const RuntimeImpl &rt = *rt_.impl();
+    const Device &dev = rt.device(opts.device);
+    if (dev.desc.simulated) throw Error(fmt::format("cannot run self-tests on {}: a simulated device", dev.id));
+    if (!opts.provider.empty() && !rt.find(opts.provider)) throw Error(fmt::format("unknown provider '{}'", opts.provider));
+    BypassGuard bypass;
+    std::vector<SelftestCaseInfo> out;
+    for (auto &pp : rt.providers) {
+        if (!pp->ok() || pp->info.device_kind != dev.desc.kind) continue;
+        if (!opts.provider.empty() && pp->info.name != opts.provider) continue;
+        const LoadedProvider &p = *pp;
+        SelftestCaseInfo base;
+        base.provider = p.info.name;
+        base.device = dev.id;
+        uint32_t n = 0;
+        try {
+            n = p.selftest_count(dev.desc);
+        } catch (const Error &e) {
+            SelftestCaseInfo ci = base;
+            ci.case_name = "(enumerate)";
+            ci.error = e.what();
+            out.push_back(ci);
+            continue;
+        }
+        for (uint32_t i = 0; i < n; ++i) {
+            SelftestCaseInfo ci = base;
+            try {
+                const kpr_selftest_case c = p.selftest_get(dev.desc, i);
+                ci.case_name = c.name[0] ? c.name : fmt::format("case {}", i);
+                if (!opts.filter.empty() && ci.case_name.find(opts.filter) == std::string::npos) continue;
+                ci.kind = c.kind == KPR_SELFTEST_PARITY ? "parity" : c.kind == KPR_SELFTEST_INTERNAL ? "internal" : "reference";
+                ci.tolerance = c.tolerance;
+                if (c.kind == KPR_SELFTEST_INTERNAL) {
+                    ci.act_rounding = "-";
+                } else {
+                    kpr_op_desc op = c.op;
+                    op.struct_size = sizeof op;
+                    validate(op);
+                    ci.op = describe(op);
+                    if (c.act_rounding > KPR_ACT_Q8_K) throw Error(fmt::format("unknown act_rounding {}", c.act_rounding));
+                    ci.act_rounding = formats::act_rounding_name(static_cast<formats::ActRounding>(c.act_rounding));
+                    if (c.act_rounding != KPR_ACT_FLOAT) ci.quantized_tolerance = c.quantized_tolerance;
+                    if (c.kind == KPR_SELFTEST_PARITY && c.parity_provider)
+                        ci.parity_provider = std::string(c.parity_provider, strnlen(c.parity_provider, 64));
+                }
+            } catch (const Error &e) {
+                // the filter cannot be applied to a case without a usable name: it is listed, as a run reports it
+                if (ci.case_name.empty()) ci.case_name = fmt::format("case {}", i);
+                ci.error = e.what();
+            }
+            out.push_back(ci);
+        }
+    }
+    return out;
+}
+
 int run_selftest_child(const Runtime &rt_, const SelftestOptions &opts, int fd) {
     const RuntimeImpl &rt = *rt_.impl();
     signal(SIGPIPE, SIG_DFL);

@@ -80,6 +80,24 @@ __device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const u
     mma_8bit_16x8x32<true>(a, b, d);
 }
 
+// The A fragments of a 16 x 32-byte tile from shared memory in one instruction: ldmatrix.x4 gives lane 4g + t the
+// words a[0..3] of mma_*_16x8x32's layout (row g, bytes 4t..4t+3; row g + 8; row g, bytes 16 + 4t..; row g + 8),
+// each lane supplying one row address: lanes 0-7 rows 0-7, lanes 8-15 rows 8-15 (bytes 0-15), lanes 16-31 the
+// same rows at byte 16 (ldm_lane_offset). Addresses 16-byte aligned.
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &a0, uint32_t &a1, uint32_t &a2, uint32_t &a3) {
+#if KPR_MMA_INT8
+    asm("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+        : "r"(addr));
+#else
+    a0 = a1 = a2 = a3 = addr;
+#endif
+}
+// this lane's row address offset for ldsm_x4 in a tile whose rows are rs bytes apart
+__device__ __forceinline__ uint32_t ldm_lane_offset(uint32_t lane, uint32_t rs) {
+    return ((lane & 7u) + (lane & 8u)) * rs + 16u * (lane >> 4);
+}
+
 // defer_scales (below) of the types whose 32-weight blocks start with one f16 scale d (Q8_0, Q4_0, IQ4_NL):
 // the scales of units (blocks) 8p + 2t + j, j = 0, 1, of the row chunk staged at row (BS bytes per block);
 // no offsets
@@ -107,6 +125,8 @@ __device__ __forceinline__ void block_d_scales(uint32_t row, uint32_t p, uint32_
 //   fold           one unit's integer sum into a float accumulator
 //   DEFER          whether the one-column kernel may defer the folds (gemv_mma_kernel): then load<B, false>
 //                  leaves the scales out and defer_scales gives those of a lane's own two units
+//   LDMATRIX       whether load_pair<B> gives the deferred-fold kernels a tile's rows g and g + 8 at once (their
+//                  weight words by ldsm_x4: one instruction for four lds_u32); false: two load<B, false>
 //   BRANCH_FREE_QUANT  whether the one-column kernel quantizes its float activations with q8_1_quantize_quad's
 //                  branch-free form: Q4_0 only (4096 x 14336 10.0 -> 9.9 us, faster or level on ten shapes;
 //                  other types level or slower: Q4_K 2048 x 8192 0.92x), docs/cuda-tuning-log.md "The one-column
@@ -121,6 +141,7 @@ struct MmaQ8_0 {
     static constexpr uint32_t CB = 8; // blocks per chunk: 272 bytes
     static constexpr bool SUMS = false, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
     static constexpr uint32_t ODD_SHIFT = 0;
+    static constexpr bool LDMATRIX = false;
     struct Row {
         uint32_t lo, hi;
         float d;
@@ -223,6 +244,7 @@ struct MmaQ4Like {
     static constexpr uint32_t CB = 8;
     static constexpr bool SUMS = false, PERM = NL, DEFER = true, BRANCH_FREE_QUANT = !NL;
     static constexpr uint32_t ODD_SHIFT = 0;
+    static constexpr bool LDMATRIX = false;
     struct Row {
         uint32_t w;
         float d;
@@ -272,6 +294,7 @@ struct MmaIQ4_XS {
     static constexpr uint32_t CB = 2;
     static constexpr bool SUMS = false, PERM = true, DEFER = true, BRANCH_FREE_QUANT = false;
     static constexpr uint32_t ODD_SHIFT = 0;
+    static constexpr bool LDMATRIX = false;
     struct Row {
         float d;
         uint32_t sh, sl; // the scales' high bits (2 per unit), their low nibbles (4 per unit)
@@ -342,6 +365,9 @@ struct MmaQ45K {
     // Q4_K's odd units are the high nibbles: with X16 they go into the mma in place, 16 n = w & 0xF0F0F0F0 (one
     // logic op instead of a shift and one), and their sums come out 16 times too large, exactly
     static constexpr uint32_t ODD_SHIFT = Q5 ? 0 : 4;
+    // qs's 32-byte groups start 16-byte aligned in a stage row (QS = 16 or 48, BS = 144 or 176, rows 16 + 32 m
+    // bytes apart): ldsm_x4 reads their A fragments, 8 rows of 16 bytes per matrix on 32 distinct banks
+    static constexpr bool LDMATRIX = true;
     struct Row {
         float d, dmin;
         uint32_t sc[2], m[2];  // the 6-bit scales and mins of units 0..3 and 4..7, one per byte
@@ -385,6 +411,23 @@ struct MmaQ45K {
             r.ha = r.hb = 0;
         }
         return r;
+    }
+    // load<B, false> of rows g (at row0) and g + 8 (at row8) of a tile; lm: the tile's first row plus this lane's
+    // ldm_lane_offset
+    template <uint32_t B>
+    __device__ __forceinline__ static void load_pair(uint32_t lm, uint32_t row0, uint32_t row8, uint32_t t, Row &r0, Row &r8) {
+        r0.d = r0.dmin = r8.d = r8.dmin = 0.0f;
+        r0.sc[0] = r0.sc[1] = r0.m[0] = r0.m[1] = r8.sc[0] = r8.sc[1] = r8.m[0] = r8.m[1] = 0;
+#pragma unroll
+        for (uint32_t g = 0; g < 4; ++g) ldsm_x4(lm + B * T::BS + QS + 32u * g, r0.qa[g], r8.qa[g], r0.qb[g], r8.qb[g]);
+        if constexpr (Q5) {
+            r0.ha = lds_u32(row0 + B * T::BS + 16u + 4u * t);
+            r0.hb = lds_u32(row0 + B * T::BS + 32u + 4u * t);
+            r8.ha = lds_u32(row8 + B * T::BS + 16u + 4u * t);
+            r8.hb = lds_u32(row8 + B * T::BS + 32u + 4u * t);
+        } else {
+            r0.ha = r0.hb = r8.ha = r8.hb = 0;
+        }
     }
     template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
@@ -727,11 +770,22 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
         if constexpr (EARLY) {
             auto ld = [&](auto bc) {
                 constexpr uint32_t bb = decltype(bc)::value;
-                r0s[bb] = load_row(bc, rg);
-                r8s[bb] = load_row(bc, rg8);
-                if constexpr (TR > 1) {
+                if constexpr (DF && M::LDMATRIX) { // a tile's two rows of the lane at once (rows g + 16 k, g + 8 + 16 k)
+                    const uint32_t lm = stage + ldm_lane_offset(lane, G::RS);
+                    M::template load_pair<bb>(lm, rg, rg8, t, r0s[bb], r8s[bb]);
+                    if constexpr (TR > 1) {
 #pragma unroll
-                    for (int k = 2; k < 2 * TR; ++k) rts[k - 2][bb] = load_row(bc, rg + 8u * k * G::RS);
+                        for (int k = 2; k < 2 * TR; k += 2)
+                            M::template load_pair<bb>(lm + 8u * k * G::RS, rg + 8u * k * G::RS, rg + 8u * (k + 1) * G::RS,
+                                                      t, rts[k - 2][bb], rts[k - 1][bb]);
+                    }
+                } else {
+                    r0s[bb] = load_row(bc, rg);
+                    r8s[bb] = load_row(bc, rg8);
+                    if constexpr (TR > 1) {
+#pragma unroll
+                        for (int k = 2; k < 2 * TR; ++k) rts[k - 2][bb] = load_row(bc, rg + 8u * k * G::RS);
+                    }
                 }
             };
             unrolled(ld, std::make_integer_sequence<uint32_t, M::CB>{});

@@ -86,9 +86,12 @@ __device__ __forceinline__ void mma_u8s8_16x8x32(const uint32_t (&a)[4], const u
 // same rows at byte 16 (ldm_lane_offset). Addresses 16-byte aligned.
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &a0, uint32_t &a1, uint32_t &a2, uint32_t &a3) {
 #if KPR_MMA_INT8
-    asm("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-        : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
-        : "r"(addr));
+    // volatile and a memory clobber, as lds_u32: the stage it reads is filled by bulk copies behind an mbarrier
+    // wait and refilled after the release, so the load must stay between the two
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+                 : "r"(addr)
+                 : "memory");
 #else
     a0 = a1 = a2 = a3 = addr;
 #endif

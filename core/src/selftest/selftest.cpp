@@ -272,6 +272,25 @@ double rel_error(const std::vector<float> &y, const std::vector<double> &ref, st
 
 namespace {
 
+// What a case says of itself, read and checked the same way by a run (run_case) and a listing (list_selftests).
+std::string case_name_of(const kpr_selftest_case &c, uint32_t i) { return c.name[0] ? c.name : fmt::format("case {}", i); }
+const char *case_kind_name(uint32_t kind) {
+    return kind == KPR_SELFTEST_PARITY ? "parity" : kind == KPR_SELFTEST_INTERNAL ? "internal" : "reference";
+}
+kpr_op_desc case_op(const kpr_selftest_case &c) { // throws kpr::Error for an op that breaks the ABI
+    kpr_op_desc op = c.op;
+    op.struct_size = sizeof op;
+    validate(op);
+    return op;
+}
+formats::ActRounding case_rounding(const kpr_selftest_case &c) {
+    if (c.act_rounding > KPR_ACT_Q8_K) throw Error(fmt::format("unknown act_rounding {}", c.act_rounding));
+    return static_cast<formats::ActRounding>(c.act_rounding);
+}
+std::string case_parity_provider(const kpr_selftest_case &c) {
+    return c.parity_provider ? std::string(c.parity_provider, strnlen(c.parity_provider, 64)) : "";
+}
+
 // One case, in this process. nullopt when the filter excludes it.
 std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvider &p, const Device &dev,
                                        const SelftestOptions &opts, uint64_t seed, uint32_t i) {
@@ -281,9 +300,9 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
     r.seed = seed;
     try {
         kpr_selftest_case c = p.selftest_get(dev.desc, i);
-        r.case_name = c.name[0] ? c.name : fmt::format("case {}", i);
+        r.case_name = case_name_of(c, i);
         if (!opts.filter.empty() && r.case_name.find(opts.filter) == std::string::npos) return std::nullopt;
-        r.kind = c.kind == KPR_SELFTEST_PARITY ? "parity" : c.kind == KPR_SELFTEST_INTERNAL ? "internal" : "reference";
+        r.kind = case_kind_name(c.kind);
         r.tolerance = c.tolerance;
         if (c.kind == KPR_SELFTEST_INTERNAL) {
             double measured = 0;
@@ -294,12 +313,9 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
             r.act_rounding = "-";
             if (!msg.empty()) r.outcome = SelftestResult::Outcome::Failed, r.message = msg;
         } else {
-            kpr_op_desc op = c.op;
-            op.struct_size = sizeof op;
-            validate(op);
+            const kpr_op_desc op = case_op(c);
             r.op = describe(op);
-            auto rounding = static_cast<formats::ActRounding>(c.act_rounding);
-            if (c.act_rounding > KPR_ACT_Q8_K) throw Error(fmt::format("unknown act_rounding {}", c.act_rounding));
+            const formats::ActRounding rounding = case_rounding(c);
             r.act_rounding = formats::act_rounding_name(rounding);
             auto store = rt.options(p, dev, c.options, c.n_options);
             kpr_offer offer = p.query(op, dev.desc, *store);
@@ -331,7 +347,7 @@ std::optional<SelftestResult> run_case(const RuntimeImpl &rt, const LoadedProvid
                     }
                 }
                 if (c.kind == KPR_SELFTEST_PARITY && r.outcome == SelftestResult::Outcome::Passed) {
-                    std::string other = c.parity_provider ? std::string(c.parity_provider, strnlen(c.parity_provider, 64)) : "";
+                    const std::string other = case_parity_provider(c);
                     auto q = rt.find(other);
                     if (!q || q->info.device_kind != dev.desc.kind) {
                         r.outcome = SelftestResult::Outcome::Skipped;
@@ -602,20 +618,31 @@ std::optional<uint32_t> run_child_once(const LoadedProvider &p, const Device &de
 
 } // namespace
 
-std::vector<SelftestResult> run_selftests(const Runtime &rt_, const SelftestOptions &opts,
-                                          const std::function<void(const SelftestResult &)> &progress) {
-    const RuntimeImpl &rt = *rt_.impl();
+namespace {
+// The device of opts, refused when simulated, and opts.provider checked: what run_selftests and list_selftests share
+const Device &selftest_device(const RuntimeImpl &rt, const SelftestOptions &opts) {
     const Device &dev = rt.device(opts.device);
     if (dev.desc.simulated) throw Error(fmt::format("cannot run self-tests on {}: a simulated device", dev.id));
     if (!opts.provider.empty() && !rt.find(opts.provider)) throw Error(fmt::format("unknown provider '{}'", opts.provider));
+    return dev;
+}
+// whether a loaded provider's cases belong to a run (or listing) on dev with opts
+bool selftest_takes(const LoadedProvider &p, const Device &dev, const SelftestOptions &opts) {
+    return p.ok() && p.info.device_kind == dev.desc.kind && (opts.provider.empty() || p.info.name == opts.provider);
+}
+} // namespace
+
+std::vector<SelftestResult> run_selftests(const Runtime &rt_, const SelftestOptions &opts,
+                                          const std::function<void(const SelftestResult &)> &progress) {
+    const RuntimeImpl &rt = *rt_.impl();
+    const Device &dev = selftest_device(rt, opts);
     if (opts.contained && !(opts.case_timeout_s > 0))
         throw Error(fmt::format("self-test case time limit {} s: must be more than 0", opts.case_timeout_s), 2);
     uint64_t seed = opts.seed ? opts.seed : std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
     BypassGuard bypass;
     std::vector<SelftestResult> results;
     for (auto &pp : rt.providers) {
-        if (!pp->ok() || pp->info.device_kind != dev.desc.kind) continue;
-        if (!opts.provider.empty() && pp->info.name != opts.provider) continue;
+        if (!selftest_takes(*pp, dev, opts)) continue;
         const LoadedProvider &p = *pp;
         if (opts.contained) {
             std::optional<uint32_t> next = opts.first_case;
@@ -642,14 +669,11 @@ std::vector<SelftestResult> run_selftests(const Runtime &rt_, const SelftestOpti
 
 std::vector<SelftestCaseInfo> list_selftests(const Runtime &rt_, const SelftestOptions &opts) {
     const RuntimeImpl &rt = *rt_.impl();
-    const Device &dev = rt.device(opts.device);
-    if (dev.desc.simulated) throw Error(fmt::format("cannot run self-tests on {}: a simulated device", dev.id));
-    if (!opts.provider.empty() && !rt.find(opts.provider)) throw Error(fmt::format("unknown provider '{}'", opts.provider));
+    const Device &dev = selftest_device(rt, opts);
     BypassGuard bypass;
     std::vector<SelftestCaseInfo> out;
     for (auto &pp : rt.providers) {
-        if (!pp->ok() || pp->info.device_kind != dev.desc.kind) continue;
-        if (!opts.provider.empty() && pp->info.name != opts.provider) continue;
+        if (!selftest_takes(*pp, dev, opts)) continue;
         const LoadedProvider &p = *pp;
         SelftestCaseInfo base;
         base.provider = p.info.name;
@@ -668,22 +692,18 @@ std::vector<SelftestCaseInfo> list_selftests(const Runtime &rt_, const SelftestO
             SelftestCaseInfo ci = base;
             try {
                 const kpr_selftest_case c = p.selftest_get(dev.desc, i);
-                ci.case_name = c.name[0] ? c.name : fmt::format("case {}", i);
+                ci.case_name = case_name_of(c, i);
                 if (!opts.filter.empty() && ci.case_name.find(opts.filter) == std::string::npos) continue;
-                ci.kind = c.kind == KPR_SELFTEST_PARITY ? "parity" : c.kind == KPR_SELFTEST_INTERNAL ? "internal" : "reference";
+                ci.kind = case_kind_name(c.kind);
                 ci.tolerance = c.tolerance;
                 if (c.kind == KPR_SELFTEST_INTERNAL) {
                     ci.act_rounding = "-";
                 } else {
-                    kpr_op_desc op = c.op;
-                    op.struct_size = sizeof op;
-                    validate(op);
-                    ci.op = describe(op);
-                    if (c.act_rounding > KPR_ACT_Q8_K) throw Error(fmt::format("unknown act_rounding {}", c.act_rounding));
-                    ci.act_rounding = formats::act_rounding_name(static_cast<formats::ActRounding>(c.act_rounding));
-                    if (c.act_rounding != KPR_ACT_FLOAT) ci.quantized_tolerance = c.quantized_tolerance;
-                    if (c.kind == KPR_SELFTEST_PARITY && c.parity_provider)
-                        ci.parity_provider = std::string(c.parity_provider, strnlen(c.parity_provider, 64));
+                    ci.op = describe(case_op(c));
+                    const formats::ActRounding rounding = case_rounding(c);
+                    ci.act_rounding = formats::act_rounding_name(rounding);
+                    if (rounding != formats::ActRounding::Float) ci.quantized_tolerance = c.quantized_tolerance;
+                    if (c.kind == KPR_SELFTEST_PARITY) ci.parity_provider = case_parity_provider(c);
                 }
             } catch (const Error &e) {
                 // the filter cannot be applied to a case without a usable name: it is listed, as a run reports it

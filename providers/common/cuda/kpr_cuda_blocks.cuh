@@ -785,21 +785,30 @@ __device__ __forceinline__ uint32_t fill_lane_grid(uint4 *dst, const uint32_t *g
     return smem_addr(dst) + 4u * (threadIdx.x % 32);
 }
 
-// The IQ3_XXS grid once per lane in shared memory ([256][32] words, 32 KiB of static shared memory per
-// block): lane l reads word i * 32 + l, always bank l, so a warp's 32 lookups are one wavefront whatever
-// the indices; the index is a byte of the packed indices picked by one prmt, the address one multiply-add
-// (three instructions per lookup against five for the 64-bit address of __ldg). Sign masks as TabGlobal.
-// For kernels of one block per multiprocessor (the table is filled once per block): generic_cuda's
-// one-column IQ3_XXS kernel, 16 warps (WholeVectorTab in kpr_cuda_gemv.cuh).
+// The IQ3_XXS grid once per lane in dynamic shared memory, entry i of lane l at byte 256 i + 4 l (kDynBytes =
+// 64 KiB, of which each entry's first 128 bytes are used): lane l always reads bank (base / 4 + l) % 32, so a
+// warp's 32 lookups are one wavefront whatever the indices. The 256-byte entry stride lets one prmt form the
+// whole offset: byte 0 is 4 l, byte 1 the index byte, bytes 2-3 zero; the table's base is the same for every
+// lane, so a lookup is a prmt and a load (against a prmt, a multiply-add and a load for 128-byte entries, 32 KiB).
+// Sign masks as TabGlobal. For kernels of one block per multiprocessor (the table is filled once per block):
+// generic_cuda's one-column IQ3_XXS kernel, 16 warps (WholeVectorTab in kpr_cuda_gemv.cuh). Measured on an H100
+// against the 32 KiB layout (run 5 of docs/measurements/h100-session39-runs.txt, ten shapes, us per call): 1.00-1.02x
+// in L2 and from device memory, never slower (4096 x 11008 12.2 -> 12.0, 3584 x 18944 17.6 -> 17.2 from memory).
 struct TabLaneGrid {
-    uint32_t base; // shared address of this lane's copy of word 0
-    __device__ __forceinline__ static TabLaneGrid prologue() {
-        __shared__ uint4 s_lane_grid[256 * 8];
-        return TabLaneGrid{fill_lane_grid(s_lane_grid, g_iq3xxs_grid, 256)};
+    static constexpr uint32_t kDynBytes = 256 * 256;
+    uint32_t base;  // shared address of the table (the same in every lane)
+    uint32_t lane4; // 4 x this lane's index in its warp
+    __device__ __forceinline__ static TabLaneGrid prologue(uint8_t *dyn) {
+        uint4 *const dst = reinterpret_cast<uint4 *>(dyn);
+        for (uint32_t k = threadIdx.x; k < 256 * 8; k += blockDim.x) {
+            const uint32_t v = __ldg(&g_iq3xxs_grid[k / 8]);
+            dst[(k / 8) * 16 + k % 8] = make_uint4(v, v, v, v); // lanes 4 (k % 8) .. + 3 of entry k / 8
+        }
+        __syncthreads();
+        return TabLaneGrid{smem_addr(dyn), 4u * (threadIdx.x % 32)};
     }
     __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
-        const uint32_t i = prmt(w, 0u, 0x4440u | static_cast<uint32_t>(k)); // byte k, zero-extended
-        return lds_table_u32(base + (i << 7));
+        return lds_table_u32(base + prmt(w, lane4, 0x7704u | (static_cast<uint32_t>(k) << 4)));
     }
     __device__ __forceinline__ uint32_t sgn_xxs(uint32_t g, uint32_t s7, uint32_t half) const {
         return sgn_xxs_computed(g, s7, half);

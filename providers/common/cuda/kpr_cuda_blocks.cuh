@@ -774,15 +774,17 @@ __device__ __forceinline__ uint32_t lds_table_u32(uint32_t a) {
     return v;
 }
 
-// Fills dst ([n][32] words in shared memory) with grid[i] 32 times per entry, 16 bytes a store (lanes
-// 4 (k % 8) .. + 3 of entry k / 8), waits for the block, and returns this lane's copy of entry 0.
-__device__ __forceinline__ uint32_t fill_lane_grid(uint4 *dst, const uint32_t *grid, uint32_t n) {
+// Fills dst (shared memory) with grid[i] once per lane: entry i at byte entry_bytes * i, lane l's copy 4 l
+// bytes on (entry_bytes >= 128), 16 bytes a store (lanes 4 (k % 8) .. + 3 of entry k / 8); waits for the block
+// and returns dst's shared address.
+__device__ __forceinline__ uint32_t fill_lane_grid(uint8_t *dst, const uint32_t *grid, uint32_t n, uint32_t entry_bytes) {
+    uint4 *const d = reinterpret_cast<uint4 *>(dst);
     for (uint32_t k = threadIdx.x; k < n * 8; k += blockDim.x) {
         const uint32_t v = __ldg(&grid[k / 8]);
-        dst[k] = make_uint4(v, v, v, v);
+        d[(k / 8) * (entry_bytes / 16) + k % 8] = make_uint4(v, v, v, v);
     }
     __syncthreads();
-    return smem_addr(dst) + 4u * (threadIdx.x % 32);
+    return smem_addr(dst);
 }
 
 // The IQ3_XXS grid once per lane in dynamic shared memory, entry i of lane l at byte 256 i + 4 l (kDynBytes =
@@ -799,13 +801,7 @@ struct TabLaneGrid {
     uint32_t base;  // shared address of the table (the same in every lane)
     uint32_t lane4; // 4 x this lane's index in its warp
     __device__ __forceinline__ static TabLaneGrid prologue(uint8_t *dyn) {
-        uint4 *const dst = reinterpret_cast<uint4 *>(dyn);
-        for (uint32_t k = threadIdx.x; k < 256 * 8; k += blockDim.x) {
-            const uint32_t v = __ldg(&g_iq3xxs_grid[k / 8]);
-            dst[(k / 8) * 16 + k % 8] = make_uint4(v, v, v, v); // lanes 4 (k % 8) .. + 3 of entry k / 8
-        }
-        __syncthreads();
-        return TabLaneGrid{smem_addr(dyn), 4u * (threadIdx.x % 32)};
+        return TabLaneGrid{fill_lane_grid(dyn, g_iq3xxs_grid, 256, 256), 4u * (threadIdx.x % 32)};
     }
     __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
         return lds_table_u32(base + prmt(w, lane4, 0x7704u | (static_cast<uint32_t>(k) << 4)));
@@ -823,7 +819,7 @@ struct TabLaneGridS {
     static constexpr uint32_t kDynBytes = 512 * 32 * 4;
     uint32_t base; // shared address of this lane's copy of word 0
     __device__ __forceinline__ static TabLaneGridS prologue(uint8_t *dyn) {
-        return TabLaneGridS{fill_lane_grid(reinterpret_cast<uint4 *>(dyn), g_iq3s_grid, 512)};
+        return TabLaneGridS{fill_lane_grid(dyn, g_iq3s_grid, 512, 128) + 4u * (threadIdx.x % 32)};
     }
     __device__ __forceinline__ uint32_t grid_s(uint32_t i) const { return lds_table_u32(base + (i << 7)); }
     __device__ __forceinline__ uint32_t sgn_s(uint32_t g, uint32_t b, uint32_t half) const {

@@ -124,10 +124,9 @@ __device__ __forceinline__ void block_d_scales(uint32_t row, uint32_t p, uint32_
 //                  fragment b: the exact integer sums of the C fragment, and each row's scale dw and
 //                  offset mw for the unit (A fragment: weights k 4t..4t+3 and 16+4t..16+4t+3 of each row);
 //                  X16 (the deferred folds only): odd units' sums may come 2^ODD_SHIFT times too large
-//   ODD_SHIFT      how much larger product<U, true> makes an odd unit's sums (a power of two, exact)
-//   ODD_RAW        whether product<U, true> of an odd unit U gives its sums 2^ODD_SHIFT times too large plus
-//                  the even unit U - 1's product<U - 1, true> in the same C columns (2t + 1), which the kernel
-//                  subtracts: Q4_K's odd units go into the mma as the raw qs words (both nibbles), no mask
+//   ODD_SHIFT      0, or: product<U, true> of an odd unit U gives its sums 2^ODD_SHIFT times too large (exact)
+//                  plus the even unit U - 1's product<U - 1, true> in the same C columns (2t + 1), which the
+//                  kernel subtracts (Q4_K: the odd units go into the mma as the raw qs words, both nibbles)
 //   fold           one unit's integer sum into a float accumulator
 //   DEFER          whether the one-column kernel may defer the folds (gemv_mma_kernel): then load<B, false>
 //                  leaves the scales out and defer_scales gives those of a lane's own two units
@@ -147,7 +146,6 @@ struct MmaQ8_0 {
     static constexpr uint32_t CB = 8; // blocks per chunk: 272 bytes
     static constexpr bool SUMS = false, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
     static constexpr uint32_t ODD_SHIFT = 0;
-    static constexpr bool ODD_RAW = false;
     static constexpr bool LDMATRIX = false;
     struct Row {
         uint32_t lo, hi;
@@ -251,7 +249,6 @@ struct MmaQ4Like {
     static constexpr uint32_t CB = 8;
     static constexpr bool SUMS = false, PERM = NL, DEFER = true, BRANCH_FREE_QUANT = !NL;
     static constexpr uint32_t ODD_SHIFT = 0;
-    static constexpr bool ODD_RAW = false;
     static constexpr bool LDMATRIX = false;
     struct Row {
         uint32_t w;
@@ -302,7 +299,6 @@ struct MmaIQ4_XS {
     static constexpr uint32_t CB = 2;
     static constexpr bool SUMS = false, PERM = true, DEFER = true, BRANCH_FREE_QUANT = false;
     static constexpr uint32_t ODD_SHIFT = 0;
-    static constexpr bool ODD_RAW = false;
     static constexpr bool LDMATRIX = false;
     struct Row {
         float d;
@@ -371,17 +367,15 @@ struct MmaQ45K {
     static constexpr uint32_t CB = 1, QS = Q5 ? 48 : 16; // qs's offset in the block
     // BRANCH_FREE_QUANT measured 0.94x at Q4_K 2048 x 8192 (docs/cuda-tuning-log.md, thirty-seventh session)
     static constexpr bool SUMS = true, PERM = false, DEFER = true, BRANCH_FREE_QUANT = false;
-    // Q4_K's odd units are the high nibbles: with X16 they go into the mma in place, 16 n = w & 0xF0F0F0F0 (one
-    // logic op instead of a shift and one), and their sums come out 16 times too large, exactly
+    // ODD_SHIFT (Q4_K): with X16 an odd unit's A fragment is the qs words as they are, n_even + 16 n_odd per byte
+    // (unsigned, at most 255). Its column 2t + 1 then holds the even unit's nibbles times the odd unit's activations
+    // plus 16 times the odd unit's sum. The even unit's mma (A: n_even) gives that first term in the same column and
+    // lane, and the kernel subtracts it: two subtractions per unit pair and tile instead of eight masks (w &
+    // 0xF0F0F0F0 before), the same integers. The sm_90 chunk loop of the one-column two-tile kernel: 625 -> 590
+    // instructions. Measured on an H100 (the weights in L2, run 2 of docs/measurements/h100-session39-runs.txt, us
+    // per call): 4096 x 14336 9.5 -> 9.1, 4096 x 11008 7.7 -> 7.4, 8192 x 8192 10.7 -> 10.4, seven more shapes
+    // 1.00-1.02x; from device memory 0.99-1.02x.
     static constexpr uint32_t ODD_SHIFT = Q5 ? 0 : 4;
-    // ODD_RAW (Q4_K): an odd unit's A fragment is the qs words as they are, n_even + 16 n_odd per byte (unsigned, at
-    // most 255). Its column 2t + 1 then holds the even unit's nibbles times the odd unit's activations plus 16 times
-    // the odd unit's sum. The even unit's mma (A: n_even) gives that first term in the same column and lane, and the
-    // kernel subtracts it: two subtractions per unit pair and tile instead of eight masks, the same integers. The
-    // sm_90 chunk loop of the one-column two-tile kernel: 625 -> 590 instructions. Measured on an H100 (the weights
-    // in L2, run 2 of docs/measurements/h100-session39-runs.txt, us per call): 4096 x 14336 9.5 -> 9.1, 4096 x 11008
-    // 7.7 -> 7.4, 8192 x 8192 10.7 -> 10.4, seven more shapes 1.00-1.02x; from device memory 0.99-1.02x.
-    static constexpr bool ODD_RAW = !Q5;
     // qs's 32-byte groups start 16-byte aligned in a stage row (QS = 16 or 48, BS = 144 or 176, rows 16 + 32 m
     // bytes apart): ldsm_x4 reads their A fragments, 8 rows of 16 bytes per matrix on 32 distinct banks
     static constexpr bool LDMATRIX = true;
@@ -451,8 +445,7 @@ struct MmaQ45K {
                                                    float &dw0, float &mw0, float &dw1, float &mw1) {
         constexpr uint32_t g = U / 2, sh = 4 * (U % 2), h = U / 4, by = 8 * (U % 4);
         auto q = [](uint32_t w, uint32_t hw) {
-            if constexpr (X16 && ODD_RAW && U % 2 == 1) return w;
-            if constexpr (X16 && ODD_SHIFT != 0 && U % 2 == 1) return w & 0xF0F0F0F0u;
+            if constexpr (X16 && ODD_SHIFT != 0 && U % 2 == 1) return w;
             uint32_t v = (w >> sh) & 0x0F0F0F0Fu;
             if constexpr (Q5) v |= ((hw >> U) & 0x01010101u) << 4;
             return v;
@@ -813,10 +806,11 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
             constexpr uint32_t bb = decltype(bc)::value;
             const typename M::Row r0 = EARLY ? r0s[EARLY ? bb : 0] : load_row(bc, rg);
             const typename M::Row r8 = EARLY ? r8s[EARLY ? bb : 0] : load_row(bc, rg8);
-            // M::ODD_RAW (deferred folds): each tile's even-unit column 2t + 1, which its odd unit's sums include
-            [[maybe_unused]] int even1[DF && M::ODD_RAW ? TR : 1][2];
+            // M::ODD_SHIFT (deferred folds): each tile's even-unit column 2t + 1, which its odd unit's sums include
+            constexpr bool OR = DF && M::ODD_SHIFT != 0;
+            [[maybe_unused]] int even1[OR ? TR : 1][2];
             auto odd_raw = [&](auto uc, int k, int (&s)[4]) {
-                if constexpr (DF && M::ODD_RAW) {
+                if constexpr (OR) {
                     if constexpr (decltype(uc)::value % 2 == 0) {
                         even1[k][0] = s[1];
                         even1[k][1] = s[3];

@@ -77,11 +77,13 @@ __device__ __forceinline__ int sum_words(const int *x) {
 }
 
 // IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes.
-__device__ __forceinline__ uint32_t kvalues4(uint32_t idx) {
-    constexpr uint32_t T0 = 0xBFAD9881u; // -127 -104 -83 -65  (bytes 0..3, little-endian)
-    constexpr uint32_t T1 = 0xF6EADDCFu; // -49 -35 -22 -10
-    constexpr uint32_t T2 = 0x26190D01u; // 1 13 25 38
-    constexpr uint32_t T3 = 0x71594535u; // 53 69 89 113
+// The table's words: T0 and T2 come from the caller (TabGlobal's registers), T1 and T3 are immediates.
+constexpr uint32_t kKvaluesT0 = 0xBFAD9881u; // -127 -104 -83 -65  (bytes 0..3, little-endian)
+constexpr uint32_t kKvaluesT1 = 0xF6EADDCFu; // -49 -35 -22 -10
+constexpr uint32_t kKvaluesT2 = 0x26190D01u; // 1 13 25 38
+constexpr uint32_t kKvaluesT3 = 0x71594535u; // 53 69 89 113
+__device__ __forceinline__ uint32_t kvalues4(uint32_t idx, uint32_t T0, uint32_t T2) {
+    constexpr uint32_t T1 = kKvaluesT1, T3 = kKvaluesT3;
     uint32_t sel = (idx & 0x07070707u) | ((idx & 0x07070707u) >> 4); // nibble pairs in bytes 0 and 2
     sel = __byte_perm(sel, 0, 0x0020);                                    // bytes 0, 2 -> selector bits 0..15
     const uint32_t lo = __byte_perm(T0, T1, sel);
@@ -126,6 +128,19 @@ constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
 constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
 constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
 
+// The words above that a prmt takes in a register (the other word of a table is its immediate), as memory:
+// TabGlobal loads them once per thread. Written as constants, ptxas keeps them in uniform registers and
+// copies one into a register before every lookup (an IMAD per prmt: 840 -> 740 instructions per pass of
+// the one-column IQ4_NL row kernel's chunk loop without those copies; docs/cuda-tuning-log.md, fortieth session).
+static __device__ const uint32_t g_iq4_prmt_words[4] = {kIq4Hi0, kIq4NegLo0, kKvaluesT0, kKvaluesT2};
+// Loads a word that ptxas must treat as a variable (g_iq4_prmt_words): through PTX, so that neither compiler
+// folds it back into the constant it was initialised with.
+__device__ __forceinline__ uint32_t ldg_opaque_u32(const uint32_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
 template <uint32_t TYPE_ID>
 struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 0..15, high = 16..31)
     static constexpr uint32_t TYPE = TYPE_ID, QK = 32, BS = 18, CB = 128, PARTS = 1;
@@ -141,9 +156,10 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
     // Three columns and more: signed weight bytes decoded once per row and shared by the columns.
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const X &x,
-                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         constexpr bool FEW = NC <= 2;
         uint32_t v[R][8], u[R][8];
+        [[maybe_unused]] const uint32_t hi0 = tab.iq4_hi0, lo0 = tab.iq4_neg_lo0;
         float d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -154,13 +170,13 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
             for (int i = 0; i < 4; ++i) {
                 if constexpr (NL && FEW) {
                     const uint32_t qx = q[i] ^ 0x88888888u;
-                    v[r][2 * i] = prmt(kIq4Hi0, kIq4Hi1, qx);
-                    v[r][2 * i + 1] = prmt(kIq4Hi0, kIq4Hi1, qx >> 16);
-                    u[r][2 * i] = prmt(kIq4NegLo0, kIq4NegLo1, q[i]);
-                    u[r][2 * i + 1] = prmt(kIq4NegLo0, kIq4NegLo1, q[i] >> 16);
+                    v[r][2 * i] = prmt(hi0, kIq4Hi1, qx);
+                    v[r][2 * i + 1] = prmt(hi0, kIq4Hi1, qx >> 16);
+                    u[r][2 * i] = prmt(lo0, kIq4NegLo1, q[i]);
+                    u[r][2 * i + 1] = prmt(lo0, kIq4NegLo1, q[i] >> 16);
                 } else if constexpr (NL) {
-                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu);
-                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu);
+                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
+                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
                     u[r][i] = u[r][4 + i] = 0;
                 } else if constexpr (FEW) {
                     v[r][i] = q[i] & 0x0F0F0F0Fu;
@@ -541,7 +557,7 @@ struct TIQ4_XS {
     static constexpr bool FLOAT_X = false;
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
-                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         uint32_t v[R][16];
         float ds[R][2];
 #pragma unroll
@@ -558,8 +574,8 @@ struct TIQ4_XS {
                 load_words_a4<4>(p + 8 + 16 * ib, q);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu);
-                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu);
+                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
+                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
                 }
             }
         }
@@ -753,7 +769,12 @@ __device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint3
 }
 
 struct TabGlobal {
-    __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{}; }
+    // g_iq4_prmt_words: TQ4Like's one- and two-column IQ4_NL lookups, kvalues4 (IQ4_NL and IQ4_XS)
+    uint32_t iq4_hi0, iq4_neg_lo0, kv_t0, kv_t2;
+    __device__ __forceinline__ static TabGlobal prologue() {
+        return TabGlobal{ldg_opaque_u32(&g_iq4_prmt_words[0]), ldg_opaque_u32(&g_iq4_prmt_words[1]),
+                         ldg_opaque_u32(&g_iq4_prmt_words[2]), ldg_opaque_u32(&g_iq4_prmt_words[3])};
+    }
     __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
         return __ldg(&g_iq3xxs_grid[(w >> (8 * k)) & 0xFFu]);
     }

@@ -141,6 +141,12 @@ __device__ __forceinline__ uint32_t ldg_opaque_u32(const uint32_t *p) {
     return v;
 }
 
+// Whether the row kernel of `type` at `ncols` columns reads its activations with each 32-value block in the
+// tile layout's order (tile_perm_pos: x[i], x[i + 16], x[i + 1], x[i + 17], ...), which the quantizer then
+// writes (quantize_act_q8_1<true>, launch_gemv_nc): IQ4_NL's one- and two-column lookups take a weight
+// byte's two nibbles (weights i and i + 16) together.
+constexpr bool act_nibble_order(uint32_t type, int ncols) { return type == KPR_TYPE_IQ4_NL && ncols <= 2; }
+
 template <uint32_t TYPE_ID>
 struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 0..15, high = 16..31)
     static constexpr uint32_t TYPE = TYPE_ID, QK = 32, BS = 18, CB = 128, PARTS = 1;
@@ -150,7 +156,7 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
     // Q4_0 feeds the nibbles (0..15) to the byte dot products unsigned and takes the -8 offset out with
     // the activations' block sum s = d_x * sum(q_x): sum((q - 8) x) = d_x * dot(q, q_x) - 8 s.
     // IQ4_NL: the nibble pairs of a weight byte (weights i and i + 16) index two prmt tables straight
-    // from the raw word (the activation bytes are interleaved to match, one prmt per 4 activations):
+    // from the raw word (the quantizer wrote the activations in that order: act_nibble_order):
     // indices 0..7 pick -value from one table (the selector's top bit zeroes 8..15), 8..15 pick +value
     // from the other (the selector flipped with ^ 0x8888 zeroes 0..7); dot = dot(hi) - dot(lo).
     // Three columns and more: signed weight bytes decoded once per row and shared by the columns.
@@ -168,12 +174,12 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
             load_words_a2<4>(w[r] + 2, q);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                if constexpr (NL && FEW) {
+                if constexpr (NL && FEW) { // word i: activations 4i..4i+3 of the nibble order, 4 + i: 16 + 4i..
                     const uint32_t qx = q[i] ^ 0x88888888u;
-                    v[r][2 * i] = prmt(hi0, kIq4Hi1, qx);
-                    v[r][2 * i + 1] = prmt(hi0, kIq4Hi1, qx >> 16);
-                    u[r][2 * i] = prmt(lo0, kIq4NegLo1, q[i]);
-                    u[r][2 * i + 1] = prmt(lo0, kIq4NegLo1, q[i] >> 16);
+                    v[r][i] = prmt(hi0, kIq4Hi1, qx);
+                    v[r][4 + i] = prmt(hi0, kIq4Hi1, qx >> 16);
+                    u[r][i] = prmt(lo0, kIq4NegLo1, q[i]);
+                    u[r][4 + i] = prmt(lo0, kIq4NegLo1, q[i] >> 16);
                 } else if constexpr (NL) {
                     v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
                     v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
@@ -195,15 +201,10 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
             x.template words<8>(j, k0, xw);
             const float dx = x.dq(j, k0);
             if constexpr (NL && FEW) {
-                int xp[8]; // activations in the nibble order: x[i], x[i + 16], x[i + 1], x[i + 17], ...
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    xp[2 * i] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x5140u));
-                    xp[2 * i + 1] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x7362u));
-                }
+                static_assert(act_nibble_order(TYPE, NC), "the activations come in the nibble order");
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const int s = dot_words<8>(v[r], xp) - dot_words<8>(u[r], xp);
+                    const int s = dot_words<8>(v[r], xw) - dot_words<8>(u[r], xw);
                     acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
                 }
             } else if constexpr (!NL && FEW) {

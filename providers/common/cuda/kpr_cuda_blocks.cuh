@@ -77,7 +77,7 @@ __device__ __forceinline__ int sum_words(const int *x) {
 }
 
 // IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes.
-// The table's words: T0 and T2 come from the caller (TabGlobal's registers), T1 and T3 are immediates.
+// The table's words: T0 and T2 come from the caller (Iq4Words, in registers), T1 and T3 are immediates.
 constexpr uint32_t kKvaluesT0 = 0xBFAD9881u; // -127 -104 -83 -65  (bytes 0..3, little-endian)
 constexpr uint32_t kKvaluesT1 = 0xF6EADDCFu; // -49 -35 -22 -10
 constexpr uint32_t kKvaluesT2 = 0x26190D01u; // 1 13 25 38
@@ -128,18 +128,37 @@ constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
 constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
 constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
 
-// The words above that a prmt takes in a register (the other word of a table is its immediate), as memory:
-// TabGlobal loads them once per thread. Written as constants, ptxas keeps them in uniform registers and
-// copies one into a register before every lookup (an IMAD per prmt: 840 -> 740 instructions per pass of
-// the one-column IQ4_NL row kernel's chunk loop without those copies; docs/cuda-tuning-log.md, fortieth session).
-static __device__ const uint32_t g_iq4_prmt_words[4] = {kIq4Hi0, kIq4NegLo0, kKvaluesT0, kKvaluesT2};
-// Loads a word that ptxas must treat as a variable (g_iq4_prmt_words): through PTX, so that neither compiler
-// folds it back into the constant it was initialised with.
+// The tile kernels' signed lookups (kpr_cuda_mma.cuh, iq4_product<true>): the values of indices 0..7 (kvalues4's
+// T0 and T1), and those of 8..15 plus one.
+constexpr uint32_t kIq4Lo0 = kKvaluesT0, kIq4Lo1 = kKvaluesT1;
+constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
+constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+
+// The IQ4 lookups' table words that a prmt takes in a register (the table's other word is its immediate), loaded
+// from memory once per thread (TabGlobal::prologue, the tile kernel's prologue) and passed to the decoders. Written
+// as constants, ptxas keeps them in uniform registers and copies one into a register before nearly every lookup
+// (an IMAD per prmt: the one-column IQ4_NL row kernel's chunk loop 826 -> 703 instructions without the copies;
+// docs/cuda-tuning-log.md, fortieth session). The load goes through PTX (ldg_opaque_u32), so that neither compiler
+// folds it back into the constant it was initialised with; where a kernel uses none of them, they are dead code.
+static __device__ const uint32_t g_iq4_words[4] = {kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiP1_0};
 __device__ __forceinline__ uint32_t ldg_opaque_u32(const uint32_t *p) {
     uint32_t v;
     asm("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
 }
+struct Iq4Words {
+    uint32_t hi0;     // kIq4Hi0 (= kKvaluesT2)
+    uint32_t neg_lo0; // kIq4NegLo0
+    uint32_t lo0;     // kIq4Lo0 (= kKvaluesT0)
+    uint32_t hip1_0;  // kIq4HiP1_0
+    // the words as constants: for kernels whose registers are too few to keep four more live (ptxas then
+    // copies the constants as before)
+    __device__ __forceinline__ static constexpr Iq4Words constants() { return Iq4Words{kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiP1_0}; }
+    __device__ __forceinline__ static Iq4Words load() {
+        return Iq4Words{ldg_opaque_u32(&g_iq4_words[0]), ldg_opaque_u32(&g_iq4_words[1]), ldg_opaque_u32(&g_iq4_words[2]),
+                        ldg_opaque_u32(&g_iq4_words[3])};
+    }
+};
 
 // Whether the row kernel of `type` at `ncols` columns reads its activations with each 32-value block in the
 // tile layout's order (tile_perm_pos: x[i], x[i + 16], x[i + 1], x[i + 17], ...), which the quantizer then
@@ -165,7 +184,7 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         constexpr bool FEW = NC <= 2;
         uint32_t v[R][8], u[R][8];
-        [[maybe_unused]] const uint32_t hi0 = tab.iq4_hi0, lo0 = tab.iq4_neg_lo0;
+        [[maybe_unused]] const uint32_t hi0 = tab.iq4.hi0, lo0 = tab.iq4.neg_lo0;
         float d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -181,8 +200,8 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
                     u[r][i] = prmt(lo0, kIq4NegLo1, q[i]);
                     u[r][4 + i] = prmt(lo0, kIq4NegLo1, q[i] >> 16);
                 } else if constexpr (NL) {
-                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
-                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
+                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     u[r][i] = u[r][4 + i] = 0;
                 } else if constexpr (FEW) {
                     v[r][i] = q[i] & 0x0F0F0F0Fu;
@@ -575,8 +594,8 @@ struct TIQ4_XS {
                 load_words_a4<4>(p + 8 + 16 * ib, q);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
-                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.kv_t0, tab.kv_t2);
+                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                 }
             }
         }
@@ -770,12 +789,8 @@ __device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint3
 }
 
 struct TabGlobal {
-    // g_iq4_prmt_words: TQ4Like's one- and two-column IQ4_NL lookups, kvalues4 (IQ4_NL and IQ4_XS)
-    uint32_t iq4_hi0, iq4_neg_lo0, kv_t0, kv_t2;
-    __device__ __forceinline__ static TabGlobal prologue() {
-        return TabGlobal{ldg_opaque_u32(&g_iq4_prmt_words[0]), ldg_opaque_u32(&g_iq4_prmt_words[1]),
-                         ldg_opaque_u32(&g_iq4_prmt_words[2]), ldg_opaque_u32(&g_iq4_prmt_words[3])};
-    }
+    Iq4Words iq4; // TQ4Like's one- and two-column IQ4_NL lookups, kvalues4 (IQ4_NL and IQ4_XS)
+    __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{Iq4Words::load()}; }
     __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
         return __ldg(&g_iq3xxs_grid[(w >> (8 * k)) & 0xFFu]);
     }

@@ -162,9 +162,11 @@ struct Iq4Words {
 
 // Whether the row kernel of `type` at `ncols` columns reads its activations with each 32-value block in the
 // tile layout's order (tile_perm_pos: x[i], x[i + 16], x[i + 1], x[i + 17], ...), which the quantizer then
-// writes (quantize_act_q8_1<true>, launch_gemv_nc): IQ4_NL's one- and two-column lookups take a weight
-// byte's two nibbles (weights i and i + 16) together.
-constexpr bool act_nibble_order(uint32_t type, int ncols) { return type == KPR_TYPE_IQ4_NL && ncols <= 2; }
+// writes (quantize_act_q8_1<true>, launch_gemv_nc): IQ4_NL's and IQ4_XS's one- and two-column lookups take a
+// weight byte's two nibbles (weights i and i + 16 of a 32-weight unit) together.
+constexpr bool act_nibble_order(uint32_t type, int ncols) {
+    return (type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_IQ4_XS) && ncols <= 2;
+}
 
 template <uint32_t TYPE_ID>
 struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 0..15, high = 16..31)
@@ -575,10 +577,15 @@ struct TQ6_K {
 struct TIQ4_XS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ4_XS, QK = 256, BS = 136, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
+    // One or two columns: IQ4_NL's lookups of a unit's raw words (TQ4Like), the activations in the nibble order
+    // (act_nibble_order); three and more: signed bytes (kvalues4) decoded once per row, shared by the columns.
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
+        constexpr bool FEW = NC <= 2;
+        static_assert(FEW == act_nibble_order(TYPE, NC), "the activations come in the nibble order");
         uint32_t v[R][16];
+        [[maybe_unused]] uint32_t nu[FEW ? R : 1][16]; // FEW: the negated values of indices 0..7
         float ds[R][2];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -594,8 +601,16 @@ struct TIQ4_XS {
                 load_words_a4<4>(p + 8 + 16 * ib, q);
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
-                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                    if constexpr (FEW) {
+                        const uint32_t qx = q[i] ^ 0x88888888u;
+                        v[r][8 * u + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx);
+                        v[r][8 * u + 4 + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx >> 16);
+                        nu[r][8 * u + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i]);
+                        nu[r][8 * u + 4 + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i] >> 16);
+                    } else {
+                        v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                        v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                    }
                 }
             }
         }
@@ -606,9 +621,14 @@ struct TIQ4_XS {
             const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
+                int s0 = dot_words<8>(v[r], xw), s1 = dot_words<8>(v[r] + 8, xw + 8);
+                if constexpr (FEW) {
+                    s0 -= dot_words<8>(nu[r], xw);
+                    s1 -= dot_words<8>(nu[r] + 8, xw + 8);
+                }
                 float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+                t = __fmaf_rn(static_cast<float>(s0), __fmul_rn(ds[r][0], dx0), t);
+                t = __fmaf_rn(static_cast<float>(s1), __fmul_rn(ds[r][1], dx1), t);
                 acc[r][j] = t;
             }
         }

@@ -578,14 +578,13 @@ struct TIQ4_XS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ4_XS, QK = 256, BS = 136, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
     // One or two columns: IQ4_NL's lookups of a unit's raw words (TQ4Like), the activations in the nibble order
-    // (act_nibble_order); three and more: signed bytes (kvalues4) decoded once per row, shared by the columns.
+    // (act_nibble_order), one unit at a time (both units' lookups live at once spill on 6.0 at two columns);
+    // three and more: signed bytes (kvalues4) decoded once per row, shared by the columns.
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         constexpr bool FEW = NC <= 2;
         static_assert(FEW == act_nibble_order(TYPE, NC), "the activations come in the nibble order");
-        uint32_t v[R][16];
-        [[maybe_unused]] uint32_t nu[FEW ? R : 1][16]; // FEW: the negated values of indices 0..7
         float ds[R][2];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -597,39 +596,64 @@ struct TIQ4_XS {
                 const uint32_t ib = 2 * part + u;
                 const int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
                 ds[r][u] = __fmul_rn(d, static_cast<float>(ls - 32));
-                uint32_t q[4];
-                load_words_a4<4>(p + 8 + 16 * ib, q);
+            }
+        }
+        if constexpr (FEW) {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    if constexpr (FEW) {
+            for (int u = 0; u < 2; ++u) {
+                const uint32_t ib = 2 * part + u;
+                uint32_t v[R][8], nu[R][8]; // the values of indices 8..15, the negated values of 0..7
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    uint32_t q[4];
+                    load_words_a4<4>(w[r] + 8 + 16 * ib, q);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) { // word i: activations 4i..4i+3 of the nibble order, 4 + i: 16 + 4i..
                         const uint32_t qx = q[i] ^ 0x88888888u;
-                        v[r][8 * u + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx);
-                        v[r][8 * u + 4 + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx >> 16);
-                        nu[r][8 * u + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i]);
-                        nu[r][8 * u + 4 + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i] >> 16);
-                    } else {
+                        v[r][i] = prmt(tab.iq4.hi0, kIq4Hi1, qx);
+                        v[r][4 + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx >> 16);
+                        nu[r][i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i]);
+                        nu[r][4 + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i] >> 16);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NC; ++j) {
+                    int xw[8];
+                    x.template words<8>(j, k0 + 32u * u, xw);
+                    const float dx = x.dq(j, k0 + 32u * u);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const int s = dot_words<8>(v[r], xw) - dot_words<8>(nu[r], xw);
+                        acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][u], dx), acc[r][j]);
+                    }
+                }
+            }
+        } else {
+            uint32_t v[R][16];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    uint32_t q[4];
+                    load_words_a4<4>(w[r] + 8 + 16 * (2 * part + u), q);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
                         v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                         v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     }
                 }
-            }
-        }
 #pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+            for (int j = 0; j < NC; ++j) {
+                int xw[16];
+                x.template words<16>(j, k0, xw);
+                const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                int s0 = dot_words<8>(v[r], xw), s1 = dot_words<8>(v[r] + 8, xw + 8);
-                if constexpr (FEW) {
-                    s0 -= dot_words<8>(nu[r], xw);
-                    s1 -= dot_words<8>(nu[r] + 8, xw + 8);
+                for (int r = 0; r < R; ++r) {
+                    float t = acc[r][j];
+                    t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
+                    t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+                    acc[r][j] = t;
                 }
-                float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(s0), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(s1), __fmul_rn(ds[r][1], dx1), t);
-                acc[r][j] = t;
             }
         }
     }

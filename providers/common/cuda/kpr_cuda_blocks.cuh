@@ -574,6 +574,27 @@ struct TQ6_K {
     }
 };
 
+// acc[r][j] += the dot products of two 32-weight units' signed bytes v[r][0..7], v[r][8..15] with column j's
+// activations at k0, k0 + 32, scaled by ds[r][u] and the activations' block scales (IQ4_XS from three columns on,
+// IQ3_XXS, IQ3_S)
+template <int NC, int R, class X>
+__device__ __forceinline__ void add_two_units(const uint32_t (&v)[R][16], const float (&ds)[R][2], const X &x, uint32_t k0,
+                                              float (&acc)[R][NC]) {
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        int xw[16];
+        x.template words<16>(j, k0, xw);
+        const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float t = acc[r][j];
+            t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
+            t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+            acc[r][j] = t;
+        }
+    }
+}
+
 struct TIQ4_XS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ4_XS, QK = 256, BS = 136, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
@@ -642,19 +663,7 @@ struct TIQ4_XS {
                         v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     }
                 }
-#pragma unroll
-            for (int j = 0; j < NC; ++j) {
-                int xw[16];
-                x.template words<16>(j, k0, xw);
-                const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    float t = acc[r][j];
-                    t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                    t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
-                    acc[r][j] = t;
-                }
-            }
+            add_two_units<NC, R>(v, ds, x, k0, acc);
         }
     }
 };
@@ -696,19 +705,7 @@ struct TIQ3_XXS {
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
-                acc[r][j] = t;
-            }
-        }
+        add_two_units<NC, R>(v, ds, x, k0, acc);
     }
 };
 
@@ -745,19 +742,7 @@ struct TIQ3_S {
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
-                acc[r][j] = t;
-            }
-        }
+        add_two_units<NC, R>(v, ds, x, k0, acc);
     }
 };
 

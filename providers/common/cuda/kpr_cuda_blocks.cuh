@@ -76,18 +76,25 @@ __device__ __forceinline__ int sum_words(const int *x) {
     return c;
 }
 
-// IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes.
-// The table's words: T0 and T2 come from the caller (Iq4Words, in registers), T1 and T3 are immediates.
-constexpr uint32_t kKvaluesT0 = 0xBFAD9881u; // -127 -104 -83 -65  (bytes 0..3, little-endian)
-constexpr uint32_t kKvaluesT1 = 0xF6EADDCFu; // -49 -35 -22 -10
-constexpr uint32_t kKvaluesT2 = 0x26190D01u; // 1 13 25 38
-constexpr uint32_t kKvaluesT3 = 0x71594535u; // 53 69 89 113
-__device__ __forceinline__ uint32_t kvalues4(uint32_t idx, uint32_t T0, uint32_t T2) {
-    constexpr uint32_t T1 = kKvaluesT1, T3 = kKvaluesT3;
+// IQ4_NL / IQ4_XS's values as prmt tables, split by the index's top bit: those of indices 0..7 (signed), their
+// negations and those of 8..15 (all positive: TQ4Like's one- and two-column lookups), and those of 8..15 plus one
+// (the tile kernels' signed lookups, kpr_cuda_mma.cuh iq4_product<true>).
+constexpr uint32_t kIq4Lo0 = 0xBFAD9881u;    // -127 -104 -83 -65 (kvalues[0..3], bytes 0..3, little-endian)
+constexpr uint32_t kIq4Lo1 = 0xF6EADDCFu;    // -49 -35 -22 -10
+constexpr uint32_t kIq4NegLo0 = 0x4153687Fu; // 127 104 83 65 (= -kvalues[0..3])
+constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
+constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
+constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
+constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
+constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+
+// IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes. The
+// tables' register words lo0 (kIq4Lo0) and hi0 (kIq4Hi0) come from the caller (Iq4Words).
+__device__ __forceinline__ uint32_t kvalues4(uint32_t idx, uint32_t lo0, uint32_t hi0) {
     uint32_t sel = (idx & 0x07070707u) | ((idx & 0x07070707u) >> 4); // nibble pairs in bytes 0 and 2
     sel = __byte_perm(sel, 0, 0x0020);                                    // bytes 0, 2 -> selector bits 0..15
-    const uint32_t lo = __byte_perm(T0, T1, sel);
-    const uint32_t hi = __byte_perm(T2, T3, sel);
+    const uint32_t lo = __byte_perm(lo0, kIq4Lo1, sel);
+    const uint32_t hi = __byte_perm(hi0, kIq4Hi1, sel);
     const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
     return (lo & ~m) | (hi & m);
 }
@@ -121,19 +128,6 @@ struct TQ8_0 {
     }
 };
 
-// IQ4_NL / IQ4_XS values split by the index's top bit, for prmt (see TQ4Like): the negated values of
-// indices 0..7 (all positive) and the values of indices 8..15 (all positive).
-constexpr uint32_t kIq4NegLo0 = 0x4153687Fu; // 127 104 83 65 (= -kvalues[0..3])
-constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
-constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
-constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
-
-// The tile kernels' signed lookups (kpr_cuda_mma.cuh, iq4_product<true>): the values of indices 0..7 (kvalues4's
-// T0 and T1), and those of 8..15 plus one.
-constexpr uint32_t kIq4Lo0 = kKvaluesT0, kIq4Lo1 = kKvaluesT1;
-constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
-constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
-
 // The IQ4 lookups' table words that a prmt takes in a register (the table's other word is its immediate), loaded
 // from memory once per thread (TabGlobal::prologue, the tile kernel's prologue) and passed to the decoders. Written
 // as constants, ptxas keeps them in uniform registers and copies one into a register before nearly every lookup
@@ -147,9 +141,9 @@ __device__ __forceinline__ uint32_t ldg_opaque_u32(const uint32_t *p) {
     return v;
 }
 struct Iq4Words {
-    uint32_t hi0;     // kIq4Hi0 (= kKvaluesT2)
+    uint32_t hi0;     // kIq4Hi0
     uint32_t neg_lo0; // kIq4NegLo0
-    uint32_t lo0;     // kIq4Lo0 (= kKvaluesT0)
+    uint32_t lo0;     // kIq4Lo0
     uint32_t hip1_0;  // kIq4HiP1_0
     // the words as constants: for kernels whose registers are too few to keep four more live (ptxas then
     // copies the constants as before)
@@ -186,7 +180,7 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         constexpr bool FEW = NC <= 2;
         uint32_t v[R][8], u[R][8];
-        [[maybe_unused]] const uint32_t hi0 = tab.iq4.hi0, lo0 = tab.iq4.neg_lo0;
+        [[maybe_unused]] const uint32_t hi0 = tab.iq4.hi0, neg_lo0 = tab.iq4.neg_lo0;
         float d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -199,8 +193,8 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
                     const uint32_t qx = q[i] ^ 0x88888888u;
                     v[r][i] = prmt(hi0, kIq4Hi1, qx);
                     v[r][4 + i] = prmt(hi0, kIq4Hi1, qx >> 16);
-                    u[r][i] = prmt(lo0, kIq4NegLo1, q[i]);
-                    u[r][4 + i] = prmt(lo0, kIq4NegLo1, q[i] >> 16);
+                    u[r][i] = prmt(neg_lo0, kIq4NegLo1, q[i]);
+                    u[r][4 + i] = prmt(neg_lo0, kIq4NegLo1, q[i] >> 16);
                 } else if constexpr (NL) {
                     v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);

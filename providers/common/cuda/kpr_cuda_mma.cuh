@@ -209,7 +209,7 @@ struct MmaQ8_0 {
 // instead of 86 (`cuobjdump -res-usage`), which made the one-column rules below worth refitting. IQ4_XS's
 // one-column kernel (no early refills) was 0.96-0.97x with the chain on five of eight shapes, and 0.98-1.00x
 // at 2..8 columns with the signed lookups added after, so IQ4_XS keeps its decode.
-// (The tables: kIq4Lo0/1, kIq4HiP1_0/1 and kIq4Hi0/1, kIq4NegLo0/1 in kpr_cuda_blocks.cuh; their register
+// (The tables: kIq4Lo0/1, kIq4HiP1_0/1, kIq4Hi0/1 and kIq4NegLo0/1 in kpr_cuda_blocks.cuh; their register
 // words come in iw.)
 // A lane's four lookups through the table pair (t0, t1): row g (w0) and row g + 8 (w8), the low then the high half
 // of each word's nibbles (prmt's selector reads the low 16 bits)

@@ -292,8 +292,10 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
         const kpr::cuda::ActQ8 v = kpr::cuda::act_q8_view(scratch, nc, cols);
         const size_t n = size_t(nc) * cols;
         auto quant = [&] {
-            kpr::cuda::quantize_act_q8_1<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-                dx, n, const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
+            auto k = kpr::cuda::act_nibble_order(T::TYPE, static_cast<int>(nc)) ? kpr::cuda::quantize_act_q8_1<true>
+                                                                                 : kpr::cuda::quantize_act_q8_1<false>;
+            k<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(dx, n, const_cast<int8_t *>(v.q),
+                                                                     const_cast<float *>(v.d), const_cast<float *>(v.s));
         };
         int sms = 0, optin = 0, per_sm = 0;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);

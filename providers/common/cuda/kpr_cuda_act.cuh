@@ -138,7 +138,20 @@ __device__ __forceinline__ void q8_1_quantize_quad(const uint32_t (&fa)[4], cons
     dh = __half2float(__float2half_rn(dd));
 }
 
-// One thread per value, a warp per 32-value block. n = nvec * cols (a multiple of 32).
+// The position of value i (0..31) of a 32-value block in the permuted tile layout: lane t's words of the
+// tile kernel's B fragment (positions 4t..4t+3 and 16+4t..16+4t+3) hold the values whose weights the
+// nibbles of the weight word qs[4t..4t+3] give in order (low, high nibble of byte 4t, of byte 4t+1; then of
+// 4t+2, 4t+3): i = 4t, 16+4t, 4t+1, 17+4t | 4t+2, 18+4t, 4t+3, 19+4t. So the weights need no regrouping
+// (IQ4_NL, whose byte-permute lookups take four nibbles in that order).
+__host__ __device__ constexpr uint32_t tile_perm_pos(uint32_t i) {
+    const uint32_t lo = i % 16, t = lo / 4, r = lo % 4;
+    return 4 * t + 16 * (r >> 1) + 2 * (r & 1) + (i >= 16 ? 1 : 0);
+}
+
+// One thread per value, a warp per 32-value block. n = nvec * cols (a multiple of 32). PERM: each block's
+// values at tile_perm_pos in the int8 plane (the nibble order of IQ4_NL's one- and two-column row kernel,
+// act_nibble_order), so the kernel needs no byte permutes to pair them with its lookups.
+template <bool PERM = false>
 static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__restrict__ x, size_t n,
                                                         int8_t *__restrict__ q, float *__restrict__ d,
                                                         float *__restrict__ s) {
@@ -154,7 +167,7 @@ static __global__ void __launch_bounds__(256) quantize_act_q8_1(const float *__r
     float dh;
     int sum;
     const int qi = q8_1_quantize_lane(x[i], dh, sum);
-    q[i] = static_cast<int8_t>(qi);
+    q[PERM ? i / 32 * 32 + tile_perm_pos(static_cast<uint32_t>(i % 32)) : i] = static_cast<int8_t>(qi);
     if ((threadIdx.x & 31u) == 0) {
         d[i / 32] = dh;
         s[i / 32] = __fmul_rn(dh, static_cast<float>(sum));
@@ -178,16 +191,6 @@ struct ActTiles {
 // Without sums as many as the planes take (act_q8_bytes); with them 15% more.
 inline size_t act_tiles_bytes(size_t nvec, size_t cols, bool sums) {
     return cols % 256 == 0 ? cols / 256 * ActTiles::run_bytes(static_cast<uint32_t>(nvec), sums) : 0;
-}
-
-// The position of value i (0..31) of a 32-value block in the permuted tile layout: lane t's words of the
-// tile kernel's B fragment (positions 4t..4t+3 and 16+4t..16+4t+3) hold the values whose weights the
-// nibbles of the weight word qs[4t..4t+3] give in order (low, high nibble of byte 4t, of byte 4t+1; then of
-// 4t+2, 4t+3): i = 4t, 16+4t, 4t+1, 17+4t | 4t+2, 18+4t, 4t+3, 19+4t. So the weights need no regrouping
-// (IQ4_NL, whose byte-permute lookups take four nibbles in that order).
-__host__ __device__ constexpr uint32_t tile_perm_pos(uint32_t i) {
-    const uint32_t lo = i % 16, t = lo / 4, r = lo % 4;
-    return 4 * t + 16 * (r >> 1) + 2 * (r & 1) + (i >= 16 ? 1 : 0);
 }
 
 // Quantizes nvec vectors of cols values (cols % 256 == 0) into the tile layout at t (the same values as
@@ -217,7 +220,7 @@ static __global__ void __launch_bounds__(256) quantize_act_q8_1_tiles(const floa
 
 // Quantizes n values of x into the planes of v (n a multiple of 32), launched with PDL where asked.
 inline cudaError_t launch_quantize_act_q8_1(const float *x, size_t n, const ActQ8 &v, bool pdl, cudaStream_t s) {
-    return launch_pdl(quantize_act_q8_1, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, pdl, s, x, n,
+    return launch_pdl(quantize_act_q8_1<false>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, pdl, s, x, n,
                       const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
 }
 

@@ -76,16 +76,25 @@ __device__ __forceinline__ int sum_words(const int *x) {
     return c;
 }
 
-// IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes.
-__device__ __forceinline__ uint32_t kvalues4(uint32_t idx) {
-    constexpr uint32_t T0 = 0xBFAD9881u; // -127 -104 -83 -65  (bytes 0..3, little-endian)
-    constexpr uint32_t T1 = 0xF6EADDCFu; // -49 -35 -22 -10
-    constexpr uint32_t T2 = 0x26190D01u; // 1 13 25 38
-    constexpr uint32_t T3 = 0x71594535u; // 53 69 89 113
+// IQ4_NL / IQ4_XS's values as prmt tables, split by the index's top bit: those of indices 0..7 (signed), their
+// negations and those of 8..15 (all positive: TQ4Like's one- and two-column lookups), and those of 8..15 plus one
+// (the tile kernels' signed lookups, kpr_cuda_mma.cuh iq4_product<true>).
+constexpr uint32_t kIq4Lo0 = 0xBFAD9881u;    // -127 -104 -83 -65 (kvalues[0..3], bytes 0..3, little-endian)
+constexpr uint32_t kIq4Lo1 = 0xF6EADDCFu;    // -49 -35 -22 -10
+constexpr uint32_t kIq4NegLo0 = 0x4153687Fu; // 127 104 83 65 (= -kvalues[0..3])
+constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
+constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
+constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
+constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
+constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+
+// IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes. The
+// tables' register words lo0 (kIq4Lo0) and hi0 (kIq4Hi0) come from the caller (Iq4Words).
+__device__ __forceinline__ uint32_t kvalues4(uint32_t idx, uint32_t lo0, uint32_t hi0) {
     uint32_t sel = (idx & 0x07070707u) | ((idx & 0x07070707u) >> 4); // nibble pairs in bytes 0 and 2
     sel = __byte_perm(sel, 0, 0x0020);                                    // bytes 0, 2 -> selector bits 0..15
-    const uint32_t lo = __byte_perm(T0, T1, sel);
-    const uint32_t hi = __byte_perm(T2, T3, sel);
+    const uint32_t lo = __byte_perm(lo0, kIq4Lo1, sel);
+    const uint32_t hi = __byte_perm(hi0, kIq4Hi1, sel);
     const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
     return (lo & ~m) | (hi & m);
 }
@@ -119,12 +128,39 @@ struct TQ8_0 {
     }
 };
 
-// IQ4_NL / IQ4_XS values split by the index's top bit, for prmt (see TQ4Like): the negated values of
-// indices 0..7 (all positive) and the values of indices 8..15 (all positive).
-constexpr uint32_t kIq4NegLo0 = 0x4153687Fu; // 127 104 83 65 (= -kvalues[0..3])
-constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
-constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
-constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
+// The IQ4 lookups' table words that a prmt takes in a register (the table's other word is its immediate), loaded
+// from memory once per thread (TabGlobal::prologue, the tile kernel's prologue) and passed to the decoders. Written
+// as constants, ptxas keeps them in uniform registers and copies one into a register before nearly every lookup
+// (an IMAD per prmt: the one-column IQ4_NL row kernel's chunk loop 826 -> 703 instructions without the copies;
+// docs/cuda-tuning-log.md, fortieth session). The load goes through PTX (ldg_opaque_u32), so that neither compiler
+// folds it back into the constant it was initialised with; where a kernel uses none of them, they are dead code.
+static __device__ const uint32_t g_iq4_words[4] = {kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiP1_0};
+__device__ __forceinline__ uint32_t ldg_opaque_u32(const uint32_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+struct Iq4Words {
+    uint32_t hi0;     // kIq4Hi0
+    uint32_t neg_lo0; // kIq4NegLo0
+    uint32_t lo0;     // kIq4Lo0
+    uint32_t hip1_0;  // kIq4HiP1_0
+    // the words as constants: for kernels whose registers are too few to keep four more live (ptxas then
+    // copies the constants as before)
+    __device__ __forceinline__ static constexpr Iq4Words constants() { return Iq4Words{kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiP1_0}; }
+    __device__ __forceinline__ static Iq4Words load() {
+        return Iq4Words{ldg_opaque_u32(&g_iq4_words[0]), ldg_opaque_u32(&g_iq4_words[1]), ldg_opaque_u32(&g_iq4_words[2]),
+                        ldg_opaque_u32(&g_iq4_words[3])};
+    }
+};
+
+// Whether the row kernel of `type` at `ncols` columns reads its activations with each 32-value block in the
+// tile layout's order (tile_perm_pos: x[i], x[i + 16], x[i + 1], x[i + 17], ...), which the quantizer then
+// writes (quantize_act_q8_1<true>, launch_gemv_nc): IQ4_NL's and IQ4_XS's one- and two-column lookups take a
+// weight byte's two nibbles (weights i and i + 16 of a 32-weight unit) together.
+constexpr bool act_nibble_order(uint32_t type, int ncols) {
+    return (type == KPR_TYPE_IQ4_NL || type == KPR_TYPE_IQ4_XS) && ncols <= 2;
+}
 
 template <uint32_t TYPE_ID>
 struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 0..15, high = 16..31)
@@ -135,15 +171,16 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
     // Q4_0 feeds the nibbles (0..15) to the byte dot products unsigned and takes the -8 offset out with
     // the activations' block sum s = d_x * sum(q_x): sum((q - 8) x) = d_x * dot(q, q_x) - 8 s.
     // IQ4_NL: the nibble pairs of a weight byte (weights i and i + 16) index two prmt tables straight
-    // from the raw word (the activation bytes are interleaved to match, one prmt per 4 activations):
+    // from the raw word (the quantizer wrote the activations in that order: act_nibble_order):
     // indices 0..7 pick -value from one table (the selector's top bit zeroes 8..15), 8..15 pick +value
     // from the other (the selector flipped with ^ 0x8888 zeroes 0..7); dot = dot(hi) - dot(lo).
     // Three columns and more: signed weight bytes decoded once per row and shared by the columns.
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const X &x,
-                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         constexpr bool FEW = NC <= 2;
         uint32_t v[R][8], u[R][8];
+        [[maybe_unused]] const uint32_t hi0 = tab.iq4.hi0, neg_lo0 = tab.iq4.neg_lo0;
         float d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -152,15 +189,15 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
             load_words_a2<4>(w[r] + 2, q);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                if constexpr (NL && FEW) {
+                if constexpr (NL && FEW) { // word i: activations 4i..4i+3 of the nibble order, 4 + i: 16 + 4i..
                     const uint32_t qx = q[i] ^ 0x88888888u;
-                    v[r][2 * i] = prmt(kIq4Hi0, kIq4Hi1, qx);
-                    v[r][2 * i + 1] = prmt(kIq4Hi0, kIq4Hi1, qx >> 16);
-                    u[r][2 * i] = prmt(kIq4NegLo0, kIq4NegLo1, q[i]);
-                    u[r][2 * i + 1] = prmt(kIq4NegLo0, kIq4NegLo1, q[i] >> 16);
+                    v[r][i] = prmt(hi0, kIq4Hi1, qx);
+                    v[r][4 + i] = prmt(hi0, kIq4Hi1, qx >> 16);
+                    u[r][i] = prmt(neg_lo0, kIq4NegLo1, q[i]);
+                    u[r][4 + i] = prmt(neg_lo0, kIq4NegLo1, q[i] >> 16);
                 } else if constexpr (NL) {
-                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu);
-                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu);
+                    v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                    v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     u[r][i] = u[r][4 + i] = 0;
                 } else if constexpr (FEW) {
                     v[r][i] = q[i] & 0x0F0F0F0Fu;
@@ -179,15 +216,10 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
             x.template words<8>(j, k0, xw);
             const float dx = x.dq(j, k0);
             if constexpr (NL && FEW) {
-                int xp[8]; // activations in the nibble order: x[i], x[i + 16], x[i + 1], x[i + 17], ...
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    xp[2 * i] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x5140u));
-                    xp[2 * i + 1] = static_cast<int>(prmt(xw[i], xw[4 + i], 0x7362u));
-                }
+                static_assert(act_nibble_order(TYPE, NC), "the activations come in the nibble order");
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const int s = dot_words<8>(v[r], xp) - dot_words<8>(u[r], xp);
+                    const int s = dot_words<8>(v[r], xw) - dot_words<8>(u[r], xw);
                     acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(d[r], dx), acc[r][j]);
                 }
             } else if constexpr (!NL && FEW) {
@@ -536,13 +568,38 @@ struct TQ6_K {
     }
 };
 
+// acc[r][j] += the dot products of two 32-weight units' signed bytes v[r][0..7], v[r][8..15] with column j's
+// activations at k0, k0 + 32, scaled by ds[r][u] and the activations' block scales (IQ4_XS from three columns on,
+// IQ3_XXS, IQ3_S)
+template <int NC, int R, class X>
+__device__ __forceinline__ void add_two_units(const uint32_t (&v)[R][16], const float (&ds)[R][2], const X &x, uint32_t k0,
+                                              float (&acc)[R][NC]) {
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        int xw[16];
+        x.template words<16>(j, k0, xw);
+        const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float t = acc[r][j];
+            t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
+            t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
+            acc[r][j] = t;
+        }
+    }
+}
+
 struct TIQ4_XS {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ4_XS, QK = 256, BS = 136, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
+    // One or two columns: IQ4_NL's lookups of a unit's raw words (TQ4Like), the activations in the nibble order
+    // (act_nibble_order), one unit at a time (both units' lookups live at once spill on 6.0 at two columns);
+    // three and more: signed bytes (kvalues4) decoded once per row, shared by the columns.
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
-                                                uint32_t k0, const Tab &, float (&acc)[R][NC]) {
-        uint32_t v[R][16];
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
+        constexpr bool FEW = NC <= 2;
+        static_assert(FEW == act_nibble_order(TYPE, NC), "the activations come in the nibble order");
         float ds[R][2];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -554,27 +611,53 @@ struct TIQ4_XS {
                 const uint32_t ib = 2 * part + u;
                 const int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
                 ds[r][u] = __fmul_rn(d, static_cast<float>(ls - 32));
-                uint32_t q[4];
-                load_words_a4<4>(p + 8 + 16 * ib, q);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu);
-                    v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu);
-                }
             }
         }
+        if constexpr (FEW) {
 #pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+            for (int u = 0; u < 2; ++u) {
+                const uint32_t ib = 2 * part + u;
+                uint32_t v[R][8], nu[R][8]; // the values of indices 8..15, the negated values of 0..7
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
-                acc[r][j] = t;
+                for (int r = 0; r < R; ++r) {
+                    uint32_t q[4];
+                    load_words_a4<4>(w[r] + 8 + 16 * ib, q);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) { // word i: activations 4i..4i+3 of the nibble order, 4 + i: 16 + 4i..
+                        const uint32_t qx = q[i] ^ 0x88888888u;
+                        v[r][i] = prmt(tab.iq4.hi0, kIq4Hi1, qx);
+                        v[r][4 + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx >> 16);
+                        nu[r][i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i]);
+                        nu[r][4 + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i] >> 16);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NC; ++j) {
+                    int xw[8];
+                    x.template words<8>(j, k0 + 32u * u, xw);
+                    const float dx = x.dq(j, k0 + 32u * u);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const int s = dot_words<8>(v[r], xw) - dot_words<8>(nu[r], xw);
+                        acc[r][j] = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][u], dx), acc[r][j]);
+                    }
+                }
             }
+        } else {
+            uint32_t v[R][16];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    uint32_t q[4];
+                    load_words_a4<4>(w[r] + 8 + 16 * (2 * part + u), q);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        v[r][8 * u + i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                        v[r][8 * u + 4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
+                    }
+                }
+            add_two_units<NC, R>(v, ds, x, k0, acc);
         }
     }
 };
@@ -616,19 +699,7 @@ struct TIQ3_XXS {
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
-                acc[r][j] = t;
-            }
-        }
+        add_two_units<NC, R>(v, ds, x, k0, acc);
     }
 };
 
@@ -665,19 +736,7 @@ struct TIQ3_S {
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r], xw)), __fmul_rn(ds[r][0], dx0), t);
-                t = __fmaf_rn(static_cast<float>(dot_words<8>(v[r] + 8, xw + 8)), __fmul_rn(ds[r][1], dx1), t);
-                acc[r][j] = t;
-            }
-        }
+        add_two_units<NC, R>(v, ds, x, k0, acc);
     }
 };
 
@@ -753,7 +812,8 @@ __device__ __forceinline__ uint32_t sgn_s_computed(uint32_t g, uint32_t b, uint3
 }
 
 struct TabGlobal {
-    __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{}; }
+    Iq4Words iq4; // TQ4Like's one- and two-column IQ4_NL lookups, kvalues4 (IQ4_NL and IQ4_XS)
+    __device__ __forceinline__ static TabGlobal prologue() { return TabGlobal{Iq4Words::load()}; }
     __device__ __forceinline__ uint32_t grid_xxs_byte(uint32_t w, int k) const {
         return __ldg(&g_iq3xxs_grid[(w >> (8 * k)) & 0xFFu]);
     }

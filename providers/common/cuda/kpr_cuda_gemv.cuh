@@ -806,11 +806,12 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
 #endif
 }
 
-// The quantizer launch (q8_1 into x's scratch), with programmatic dependent launch where asked.
-inline cudaError_t launch_quantizer(const GemvArgs &a, bool pdl, cudaStream_t stream) {
-    return launch_pdl(quantize_act_q8_1, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl,
-                      stream, a.xf, a.xq_n, const_cast<int8_t *>(a.x.q), const_cast<float *>(a.x.d),
-                      const_cast<float *>(a.x.s));
+// The quantizer launch (q8_1 into x's scratch), with programmatic dependent launch where asked; the blocks'
+// values in the tile layout's order where the row kernel reads them so (act_nibble_order).
+inline cudaError_t launch_quantizer(const GemvArgs &a, bool pdl, cudaStream_t stream, bool nibble_order = false) {
+    return launch_pdl(nibble_order ? quantize_act_q8_1<true> : quantize_act_q8_1<false>,
+                      dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl, stream, a.xf, a.xq_n,
+                      const_cast<int8_t *>(a.x.q), const_cast<float *>(a.x.d), const_cast<float *>(a.x.s));
 }
 
 // Launches the quantizer and the 4-row kernel for NC columns. cudaErrorNotSupported: the shapes do
@@ -889,7 +890,7 @@ cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bo
         }
     }
     if (a.xq_n != 0) {
-        const cudaError_t e = launch_quantizer(a, pdl, s);
+        const cudaError_t e = launch_quantizer(a, pdl, s, act_nibble_order(T::TYPE, static_cast<int>(ncols)));
         if (e != cudaSuccess) return e;
     }
     return launch_row_nc<T, Tab>(a, ncols, tasks, pdl, s);

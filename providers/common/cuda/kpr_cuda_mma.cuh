@@ -168,7 +168,8 @@ struct MmaQ8_0 {
     }
     template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
-                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+                                                   float &dw0, float &mw0, float &dw1, float &mw1,
+                                                   [[maybe_unused]] const Iq4Words &iw) {
         const uint32_t a[4] = {r0.lo, r8.lo, r0.hi, r8.hi};
         mma_s8_16x8x32(a, b, sum);
         dw0 = r0.d;
@@ -208,10 +209,8 @@ struct MmaQ8_0 {
 // instead of 86 (`cuobjdump -res-usage`), which made the one-column rules below worth refitting. IQ4_XS's
 // one-column kernel (no early refills) was 0.96-0.97x with the chain on five of eight shapes, and 0.98-1.00x
 // at 2..8 columns with the signed lookups added after, so IQ4_XS keeps its decode.
-constexpr uint32_t kIq4Lo0 = 0xBFAD9881u;    // -127 -104 -83 -65 (kvalues[0..3])
-constexpr uint32_t kIq4Lo1 = 0xF6EADDCFu;    // -49 -35 -22 -10
-constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
-constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+// (The tables: kIq4Lo0/1, kIq4HiP1_0/1, kIq4Hi0/1 and kIq4NegLo0/1 in kpr_cuda_blocks.cuh; their register
+// words come in iw.)
 // A lane's four lookups through the table pair (t0, t1): row g (w0) and row g + 8 (w8), the low then the high half
 // of each word's nibbles (prmt's selector reads the low 16 bits)
 __device__ __forceinline__ void iq4_lookups(uint32_t t0, uint32_t t1, uint32_t w0, uint32_t w8, uint32_t (&out)[4]) {
@@ -222,18 +221,19 @@ __device__ __forceinline__ void iq4_lookups(uint32_t t0, uint32_t t1, uint32_t w
 }
 
 template <bool CHAIN>
-__device__ __forceinline__ void iq4_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4]) {
+__device__ __forceinline__ void iq4_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4],
+                                            const Iq4Words &iw) {
     const uint32_t x0 = w0 ^ 0x88888888u, x8 = w8 ^ 0x88888888u;
     if constexpr (CHAIN) {
         uint32_t lo[4], hi[4];
-        iq4_lookups(kIq4Lo0, kIq4Lo1, w0, w8, lo);
-        iq4_lookups(kIq4HiP1_0, kIq4HiP1_1, x0, x8, hi);
+        iq4_lookups(iw.lo0, kIq4Lo1, w0, w8, lo);
+        iq4_lookups(iw.hip1_0, kIq4HiP1_1, x0, x8, hi);
         mma_s8_16x8x32(lo, b, sum);
         mma_s8_16x8x32_acc(hi, b, sum);
     } else { // v: the values of indices 8..15, u: the negated values of 0..7, both unsigned (kpr_cuda_blocks.cuh)
         uint32_t v[4], u[4];
-        iq4_lookups(kIq4Hi0, kIq4Hi1, x0, x8, v);
-        iq4_lookups(kIq4NegLo0, kIq4NegLo1, w0, w8, u);
+        iq4_lookups(iw.hi0, kIq4Hi1, x0, x8, v);
+        iq4_lookups(iw.neg_lo0, kIq4NegLo1, w0, w8, u);
         int sv[4], su[4];
         mma_u8s8_16x8x32(v, b, sv);
         mma_u8s8_16x8x32(u, b, su);
@@ -266,9 +266,10 @@ struct MmaQ4Like {
     // the product of the two rows' A fragments (unit U of the rows' loaded blocks) with b, and their scales
     template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
-                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+                                                   float &dw0, float &mw0, float &dw1, float &mw1,
+                                                   [[maybe_unused]] const Iq4Words &iw) {
         if constexpr (NL) {
-            iq4_product<true>(r0.w, r8.w, b, sum);
+            iq4_product<true>(r0.w, r8.w, b, sum, iw);
         } else {
             // three instructions per word (and_xor: ptxas splits the plain expression into four)
             const uint32_t a[4] = {and_xor(r0.w << 4, 0xF0F0F0F0u, 0x80808080u), and_xor(r8.w << 4, 0xF0F0F0F0u, 0x80808080u),
@@ -321,8 +322,9 @@ struct MmaIQ4_XS {
     }
     template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
-                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
-        iq4_product<false>(r0.q[U], r8.q[U], b, sum);
+                                                   float &dw0, float &mw0, float &dw1, float &mw1,
+                                                   [[maybe_unused]] const Iq4Words &iw) {
+        iq4_product<false>(r0.q[U], r8.q[U], b, sum, iw);
         dw0 = unit_scale(r0.d, r0.sl, r0.sh, U);
         dw1 = unit_scale(r8.d, r8.sl, r8.sh, U);
         mw0 = mw1 = 0.0f;
@@ -442,7 +444,8 @@ struct MmaQ45K {
     }
     template <uint32_t U, bool X16 = false>
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
-                                                   float &dw0, float &mw0, float &dw1, float &mw1) {
+                                                   float &dw0, float &mw0, float &dw1, float &mw1,
+                                                   [[maybe_unused]] const Iq4Words &iw) {
         constexpr uint32_t g = U / 2, sh = 4 * (U % 2), h = U / 4, by = 8 * (U % 4);
         auto q = [](uint32_t w, uint32_t hw) {
             if constexpr (X16 && ODD_SHIFT != 0 && U % 2 == 1) return w;
@@ -625,6 +628,10 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
     const uint32_t g = lane / 4, t = lane % 4;
     const uint32_t row0 = blockIdx.x * G::ROWS;
     const uint32_t nch = a.nb / M::CB; // the launcher checks a.nb % M::CB == 0
+    // the IQ4 types' table words (dead code for the others). The one-column kernels kept them in registers as
+    // constants already, and loaded they take registers those kernels lack (IQ4_NL, 16 warps: 770 -> 839
+    // instructions per chunk loop); the others copied one before every lookup (2..8 columns: 526 -> 441).
+    const Iq4Words iw = FX ? Iq4Words::constants() : Iq4Words::load();
     const uint32_t per = (nch + W - 1) / W;
     const uint32_t c0 = min(nch, warp * per), c1 = min(nch, c0 + per);
     const uint32_t ring = smem_addr(mma_ring) + warp * S * G::STAGE;
@@ -826,7 +833,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
                 float dw0, dw1, mw0, mw1;
                 if constexpr (FX) {
                     constexpr uint32_t p = ui / 8, u = ui % 8; // u: its B column
-                    M::template product<decltype(uc)::value, DF>(r0, r8, bq[p], sum, dw0, mw0, dw1, mw1);
+                    M::template product<decltype(uc)::value, DF>(r0, r8, bq[p], sum, dw0, mw0, dw1, mw1, iw);
                     odd_raw(uc, 0, sum);
                     const bool mine = t == u / 2; // column u of the C fragment is this lane's
                     if constexpr (DF) {
@@ -837,7 +844,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
                             for (int k = 1; k < TR; ++k) {
                                 int s2[4];
                                 float e0, e1, e2, e3;
-                                M::template product<decltype(uc)::value, DF>(rts[2 * k - 2][bb], rts[2 * k - 1][bb], bq[p], s2, e0, e1, e2, e3);
+                                M::template product<decltype(uc)::value, DF>(rts[2 * k - 2][bb], rts[2 * k - 1][bb], bq[p], s2, e0, e1, e2, e3, iw);
                                 odd_raw(uc, k, s2);
                                 keep[p][u % 2][2 * k] = mine ? s2[u % 2] : keep[p][u % 2][2 * k];
                                 keep[p][u % 2][2 * k + 1] = mine ? s2[2 + u % 2] : keep[p][u % 2][2 * k + 1];
@@ -864,7 +871,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
                         if (cold0) sx0 = __uint_as_float(lds_u32(xs0 + fo));
                         if (cold1) sx1 = __uint_as_float(lds_u32(xs1 + fo));
                     }
-                    M::template product<decltype(uc)::value>(r0, r8, bf, sum, dw0, mw0, dw1, mw1);
+                    M::template product<decltype(uc)::value>(r0, r8, bf, sum, dw0, mw0, dw1, mw1, iw);
                     acc[0] = M::fold(sum[0], dw0, mw0, dx0, sx0, acc[0]);
                     acc[1] = M::fold(sum[1], dw0, mw0, dx1, sx1, acc[1]);
                     acc[2] = M::fold(sum[2], dw1, mw1, dx0, sx0, acc[2]);

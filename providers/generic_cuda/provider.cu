@@ -397,6 +397,19 @@ constexpr uint32_t kWide32Types[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL, KPR_TYPE_Q4
 constexpr uint32_t kNWide32 = sizeof(kWide32Types) / sizeof(kWide32Types[0]) * kNWide32Shapes;
 const kpr_option_value kTileWide32[] = {{"tile_kernel", "wide32"}};
 
+// tile_kernel = off: the row kernels that serve these types below 9.0 (and on 9.0 where auto leaves them): IQ4_NL's
+// and IQ4_XS's one- and two-column decode with the activations in the nibble order, on rows 16-byte aligned
+// (4096 x 14336: the whole vector; 4093 rows: a partial row group) and not (7712 columns: 241 blocks of 18 bytes,
+// or 31 super-blocks of 136 bytes once rounded up to 7936), several waves (14336 x 4096), the 4-row kernel at 3 columns
+constexpr Shape kTileOffShapes[] = {
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 2, 1, 1, 1},
+    {"2053x7712", KPR_OP_GEMV, 2053, 7712, 1, 1, 1, 1},   {"1001x7712", KPR_OP_GEMV, 1001, 7712, 2, 1, 1, 1},
+    {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
+};
+constexpr uint32_t kNTileOffShapes = sizeof(kTileOffShapes) / sizeof(kTileOffShapes[0]);
+constexpr uint32_t kNTileOff = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileOffShapes;
+const kpr_option_value kTileOff[] = {{"tile_kernel", "off"}};
+
 // The lanes kernel forced on (block_lanes = on; Q4_0 and IQ4_NL with planar_weights = true) at one and two
 // columns: one kernel per call (>= 2^25 weights) and the quantizer + kernel (smaller), odd row counts,
 // several teams per block (4097 x 512: 16), a team of 512 threads (16384 columns), and shapes the planar
@@ -421,15 +434,15 @@ const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes"
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
 uint32_t p_selftest_count(void *, const kpr_device_desc *) {
-    return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32;
+    return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32 + kNTileOff;
 }
 
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
-    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32][96];
+    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32 + kNTileOff][96];
     const Shape *s;
     uint32_t type;
     const char *tname;
-    bool tile_on = false, planar_on = false, wide = false, wide32 = false;
+    bool tile_on = false, planar_on = false, wide = false, wide32 = false, tile_off = false;
     if (index < kNTypes * kNShapes) {
         const TypeName &t = kTypes[index / kNShapes];
         s = &kShapes[index % kNShapes];
@@ -464,6 +477,12 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
         s = &kWide32Shapes[e % kNWide32Shapes];
         tname = cuda::type_desc(type)->name;
         wide32 = true;
+    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32 + kNTileOff) {
+        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile - kNPlanar - kNWide - kNWide32;
+        type = kTileTypes[e / kNTileOffShapes];
+        s = &kTileOffShapes[e % kNTileOffShapes];
+        tname = cuda::type_desc(type)->name;
+        tile_off = true;
     } else {
         return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
     }
@@ -475,6 +494,7 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
                   tile_on     ? " tile_kernel=on"
                   : wide      ? " tile_kernel=wide"
                   : wide32    ? " tile_kernel=wide32"
+                  : tile_off  ? " tile_kernel=off"
                   : !planar_on ? ""
                   : type == KPR_TYPE_Q4_K ? " block_lanes=on"
                                           : " planar_weights block_lanes=on");
@@ -485,10 +505,11 @@ kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_s
                      tile_on     ? kTileOn
                      : wide      ? kTileWide
                      : wide32    ? kTileWide32
+                     : tile_off  ? kTileOff
                      : !planar_on ? nullptr
                      : type == KPR_TYPE_Q4_K ? kLanesOn
                                              : kPlanarOn,
-                     tile_on || wide || wide32 || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
+                     tile_on || wide || wide32 || tile_off || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
     return cuda::fill_case(c, out, err);
 }
 

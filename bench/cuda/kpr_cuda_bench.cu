@@ -292,10 +292,8 @@ static void breakdown(const char *tname, double bw, cudaStream_t s) {
         const kpr::cuda::ActQ8 v = kpr::cuda::act_q8_view(scratch, nc, cols);
         const size_t n = size_t(nc) * cols;
         auto quant = [&] {
-            auto k = kpr::cuda::act_nibble_order(T::TYPE, static_cast<int>(nc)) ? kpr::cuda::quantize_act_q8_1<true>
-                                                                                 : kpr::cuda::quantize_act_q8_1<false>;
-            k<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(dx, n, const_cast<int8_t *>(v.q),
-                                                                     const_cast<float *>(v.d), const_cast<float *>(v.s));
+            kpr::cuda::launch_quantize_act_q8_1(dx, n, v, false, s,
+                                                kpr::cuda::act_nibble_order(T::TYPE, static_cast<int>(nc)));
         };
         int sms = 0, optin = 0, per_sm = 0;
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);

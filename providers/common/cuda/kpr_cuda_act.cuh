@@ -218,9 +218,12 @@ static __global__ void __launch_bounds__(256) quantize_act_q8_1_tiles(const floa
     }
 }
 
-// Quantizes n values of x into the planes of v (n a multiple of 32), launched with PDL where asked.
-inline cudaError_t launch_quantize_act_q8_1(const float *x, size_t n, const ActQ8 &v, bool pdl, cudaStream_t s) {
-    return launch_pdl(quantize_act_q8_1<false>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, pdl, s, x, n,
+// Quantizes n values of x into the planes of v (n a multiple of 32), launched with PDL where asked; with
+// nibble_order each block's values at tile_perm_pos (quantize_act_q8_1<true>, act_nibble_order).
+inline cudaError_t launch_quantize_act_q8_1(const float *x, size_t n, const ActQ8 &v, bool pdl, cudaStream_t s,
+                                            bool nibble_order = false) {
+    return launch_pdl(nibble_order ? quantize_act_q8_1<true> : quantize_act_q8_1<false>,
+                      dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, pdl, s, x, n,
                       const_cast<int8_t *>(v.q), const_cast<float *>(v.d), const_cast<float *>(v.s));
 }
 

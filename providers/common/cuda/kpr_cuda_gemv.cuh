@@ -809,9 +809,7 @@ __global__ void __launch_bounds__(32 * kQuadWarps, 1) gemv_quad_kernel(const Gem
 // The quantizer launch (q8_1 into x's scratch), with programmatic dependent launch where asked; the blocks'
 // values in the tile layout's order where the row kernel reads them so (act_nibble_order).
 inline cudaError_t launch_quantizer(const GemvArgs &a, bool pdl, cudaStream_t stream, bool nibble_order = false) {
-    return launch_pdl(nibble_order ? quantize_act_q8_1<true> : quantize_act_q8_1<false>,
-                      dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0, pdl, stream, a.xf, a.xq_n,
-                      const_cast<int8_t *>(a.x.q), const_cast<float *>(a.x.d), const_cast<float *>(a.x.s));
+    return launch_quantize_act_q8_1(a.xf, a.xq_n, ActQ8{a.x.q, a.x.d, a.x.s, a.x.cols}, pdl, stream, nibble_order);
 }
 
 // Launches the quantizer and the 4-row kernel for NC columns. cudaErrorNotSupported: the shapes do

@@ -154,6 +154,23 @@ struct Iq4Words {
     }
 };
 
+// IQ4_NL / IQ4_XS at one and two columns: the lookups of a 32-weight unit's four raw words q[0..3], straight from
+// the nibble pairs (weights i and i + 16 share a byte; the quantizer wrote the activations in that order,
+// act_nibble_order). Word i covers activations 4i..4i+3 of the nibble order, word 4 + i activations 16 + 4i... v
+// holds the values of indices 8..15 (the selector flipped with ^ 0x8888 zeroes 0..7), nu the negated values of
+// indices 0..7 (the selector's top bit zeroes 8..15); the unit's dot is dot(v, x) - dot(nu, x).
+__device__ __forceinline__ void iq4_nibble_order_lookups(const uint32_t (&q)[4], const Iq4Words &words,
+                                                         uint32_t (&v)[8], uint32_t (&nu)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t qx = q[i] ^ 0x88888888u;
+        v[i] = prmt(words.hi0, kIq4Hi1, qx);
+        v[4 + i] = prmt(words.hi0, kIq4Hi1, qx >> 16);
+        nu[i] = prmt(words.neg_lo0, kIq4NegLo1, q[i]);
+        nu[4 + i] = prmt(words.neg_lo0, kIq4NegLo1, q[i] >> 16);
+    }
+}
+
 // Whether the row kernel of `type` at `ncols` columns reads its activations with each 32-value block in the
 // tile layout's order (tile_perm_pos: x[i], x[i + 16], x[i + 1], x[i + 17], ...), which the quantizer then
 // writes (quantize_act_q8_1<true>, launch_gemv_nc): IQ4_NL's and IQ4_XS's one- and two-column lookups take a
@@ -171,31 +188,26 @@ struct TQ4Like { // Q4_0 and IQ4_NL: d, then 16 bytes of nibbles (low = weights 
     // Q4_0 feeds the nibbles (0..15) to the byte dot products unsigned and takes the -8 offset out with
     // the activations' block sum s = d_x * sum(q_x): sum((q - 8) x) = d_x * dot(q, q_x) - 8 s.
     // IQ4_NL: the nibble pairs of a weight byte (weights i and i + 16) index two prmt tables straight
-    // from the raw word (the quantizer wrote the activations in that order: act_nibble_order):
-    // indices 0..7 pick -value from one table (the selector's top bit zeroes 8..15), 8..15 pick +value
-    // from the other (the selector flipped with ^ 0x8888 zeroes 0..7); dot = dot(hi) - dot(lo).
+    // from the raw word (iq4_nibble_order_lookups); dot = dot(values of 8..15) - dot(negated values of 0..7).
     // Three columns and more: signed weight bytes decoded once per row and shared by the columns.
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t, const X &x,
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
         constexpr bool FEW = NC <= 2;
         uint32_t v[R][8], u[R][8];
-        [[maybe_unused]] const uint32_t hi0 = tab.iq4.hi0, neg_lo0 = tab.iq4.neg_lo0;
         float d[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             d[r] = f16_to_float(load_u16(w[r]));
             uint32_t q[4];
             load_words_a2<4>(w[r] + 2, q);
+            if constexpr (NL && FEW) {
+                iq4_nibble_order_lookups(q, tab.iq4, v[r], u[r]);
+                continue; // the rest of the loop body is the other decodes
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                if constexpr (NL && FEW) { // word i: activations 4i..4i+3 of the nibble order, 4 + i: 16 + 4i..
-                    const uint32_t qx = q[i] ^ 0x88888888u;
-                    v[r][i] = prmt(hi0, kIq4Hi1, qx);
-                    v[r][4 + i] = prmt(hi0, kIq4Hi1, qx >> 16);
-                    u[r][i] = prmt(neg_lo0, kIq4NegLo1, q[i]);
-                    u[r][4 + i] = prmt(neg_lo0, kIq4NegLo1, q[i] >> 16);
-                } else if constexpr (NL) {
+                if constexpr (NL) {
                     v[r][i] = kvalues4(q[i] & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     v[r][4 + i] = kvalues4((q[i] >> 4) & 0x0F0F0F0Fu, tab.iq4.lo0, tab.iq4.hi0);
                     u[r][i] = u[r][4 + i] = 0;
@@ -622,14 +634,7 @@ struct TIQ4_XS {
                 for (int r = 0; r < R; ++r) {
                     uint32_t q[4];
                     load_words_a4<4>(w[r] + 8 + 16 * ib, q);
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) { // word i: activations 4i..4i+3 of the nibble order, 4 + i: 16 + 4i..
-                        const uint32_t qx = q[i] ^ 0x88888888u;
-                        v[r][i] = prmt(tab.iq4.hi0, kIq4Hi1, qx);
-                        v[r][4 + i] = prmt(tab.iq4.hi0, kIq4Hi1, qx >> 16);
-                        nu[r][i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i]);
-                        nu[r][4 + i] = prmt(tab.iq4.neg_lo0, kIq4NegLo1, q[i] >> 16);
-                    }
+                    iq4_nibble_order_lookups(q, tab.iq4, v[r], nu[r]);
                 }
 #pragma unroll
                 for (int j = 0; j < NC; ++j) {

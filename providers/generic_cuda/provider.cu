@@ -293,19 +293,12 @@ void p_release(void *, kpr_prepared *prepared) {
 // same way, 1e-4 (float accumulation over up to 28672 products, scales rounded once).
 constexpr double kTolQ = 2e-2, kTolF = 1e-5, kQTol = 1e-4;
 
-struct TypeName {
-    uint32_t type;
-    const char *name;
+// Every type generic_cuda serves, the headline types first (case names use cuda::type_desc's names).
+constexpr uint32_t kTypes[] = {
+    KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_IQ4_NL, KPR_TYPE_IQ3_XXS, KPR_TYPE_IQ3_S,
+    KPR_TYPE_Q4_1, KPR_TYPE_Q5_0, KPR_TYPE_Q5_1, KPR_TYPE_Q2_K,   KPR_TYPE_Q3_K,    KPR_TYPE_Q5_K,
+    KPR_TYPE_Q6_K, KPR_TYPE_IQ4_XS, KPR_TYPE_F32, KPR_TYPE_F16,   KPR_TYPE_BF16,
 };
-constexpr TypeName kTypes[] = {
-    {KPR_TYPE_Q8_0, "q8_0"},   {KPR_TYPE_Q4_0, "q4_0"},       {KPR_TYPE_Q4_K, "q4_K"},
-    {KPR_TYPE_IQ4_NL, "iq4_nl"}, {KPR_TYPE_IQ3_XXS, "iq3_xxs"}, {KPR_TYPE_IQ3_S, "iq3_s"},
-    {KPR_TYPE_Q4_1, "q4_1"},   {KPR_TYPE_Q5_0, "q5_0"},       {KPR_TYPE_Q5_1, "q5_1"},
-    {KPR_TYPE_Q2_K, "q2_K"},   {KPR_TYPE_Q3_K, "q3_K"},       {KPR_TYPE_Q5_K, "q5_K"},
-    {KPR_TYPE_Q6_K, "q6_K"},   {KPR_TYPE_IQ4_XS, "iq4_xs"},   {KPR_TYPE_F32, "f32"},
-    {KPR_TYPE_F16, "f16"},     {KPR_TYPE_BF16, "bf16"},
-};
-constexpr uint32_t kNTypes = sizeof(kTypes) / sizeof(kTypes[0]);
 
 struct Shape {
     const char *tag;
@@ -338,7 +331,6 @@ constexpr Shape kShapes[] = {
     {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
     {"moe 32e8u 2048x768 slots", KPR_OP_GEMV_GROUPED, 2048, 768, 3, 32, 8, 8},
 };
-constexpr uint32_t kNShapes = sizeof(kShapes) / sizeof(kShapes[0]);
 
 // Extra big or model-sized cases for the headline types.
 constexpr Shape kExtra[] = {
@@ -350,9 +342,7 @@ constexpr Shape kExtra[] = {
     {"4093x4096", KPR_OP_GEMV, 4093, 4096, 1, 1, 1, 1},   // Q4_0, Q4_K, IQ4_NL: two tiles per block of 8 warps,
                                                           // the last block partial
 };
-constexpr uint32_t kNExtraShapes = sizeof(kExtra) / sizeof(kExtra[0]);
 constexpr uint32_t kExtraTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_K, KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
-constexpr uint32_t kNExtra = sizeof(kExtraTypes) / sizeof(kExtraTypes[0]) * kNExtraShapes;
 
 // The tile kernel forced on (tile_kernel = on) at every column count 1..8, for each type that has one:
 // odd row counts (a partial tile), several waves of tiles, warps without a chunk (512 columns). At one
@@ -365,10 +355,8 @@ constexpr Shape kTileShapes[] = {
     {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1},
 };
-constexpr uint32_t kNTileShapes = sizeof(kTileShapes) / sizeof(kTileShapes[0]);
 constexpr uint32_t kTileTypes[] = {KPR_TYPE_Q8_0, KPR_TYPE_Q4_0, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K, KPR_TYPE_IQ4_NL,
                                    KPR_TYPE_IQ4_XS};
-constexpr uint32_t kNTile = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileShapes;
 const kpr_option_value kTileOn[] = {{"tile_kernel", "on"}};
 // tile_kernel = wide (16 warps per block): the one-column shapes above and the target shape, and 2..8
 // columns (the quantizer, then the kernel) on a partial tile, several waves and warps without a chunk
@@ -382,8 +370,6 @@ constexpr Shape kWideShapes[] = {
     // 35 super-blocks: IQ4_XS rows not 16-byte aligned (chunks of one block, MmaOneBlock)
     {"1536x8960", KPR_OP_GEMV, 1536, 8960, 1, 1, 1, 1},   {"263x8960", KPR_OP_GEMV, 263, 8960, 3, 1, 1, 1},
 };
-constexpr uint32_t kNWideShapes = sizeof(kWideShapes) / sizeof(kWideShapes[0]);
-constexpr uint32_t kNWide = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNWideShapes;
 const kpr_option_value kTileWide[] = {{"tile_kernel", "wide"}};
 // tile_kernel = wide32 (32 rows per block at one column: Q4_0, IQ4_NL, Q4_K, Q5_K): a partial block of rows (4093),
 // several waves, warps without a chunk
@@ -392,9 +378,7 @@ constexpr Shape kWide32Shapes[] = {
     {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 1, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},
 };
-constexpr uint32_t kNWide32Shapes = sizeof(kWide32Shapes) / sizeof(kWide32Shapes[0]);
 constexpr uint32_t kWide32Types[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL, KPR_TYPE_Q4_K, KPR_TYPE_Q5_K};
-constexpr uint32_t kNWide32 = sizeof(kWide32Types) / sizeof(kWide32Types[0]) * kNWide32Shapes;
 const kpr_option_value kTileWide32[] = {{"tile_kernel", "wide32"}};
 
 // tile_kernel = off: the row kernels that serve these types below 9.0 (and on 9.0 where auto leaves them): IQ4_NL's
@@ -406,8 +390,6 @@ constexpr Shape kTileOffShapes[] = {
     {"2053x7712", KPR_OP_GEMV, 2053, 7712, 1, 1, 1, 1},   {"1001x7712", KPR_OP_GEMV, 1001, 7712, 2, 1, 1, 1},
     {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1}, {"1001x5120", KPR_OP_GEMV, 1001, 5120, 3, 1, 1, 1},
 };
-constexpr uint32_t kNTileOffShapes = sizeof(kTileOffShapes) / sizeof(kTileOffShapes[0]);
-constexpr uint32_t kNTileOff = sizeof(kTileTypes) / sizeof(kTileTypes[0]) * kNTileOffShapes;
 const kpr_option_value kTileOff[] = {{"tile_kernel", "off"}};
 
 // The lanes kernel forced on (block_lanes = on; Q4_0 and IQ4_NL with planar_weights = true) at one and two
@@ -426,90 +408,65 @@ constexpr Shape kPlanarShapes[] = {
     {"77x1536", KPR_OP_GEMV, 77, 1536, 2, 1, 1, 1},       {"4097x512", KPR_OP_GEMV, 4097, 512, 2, 1, 1, 1},
     {"2053x16384", KPR_OP_GEMV, 2053, 16384, 2, 1, 1, 1},
 };
-constexpr uint32_t kNPlanarShapes = sizeof(kPlanarShapes) / sizeof(kPlanarShapes[0]);
+constexpr uint32_t kPlanarTypes[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL};
 // Q4_K runs the same shapes with block_lanes = on (its GGUF rows in place; the 2080-wide rows become 2304).
-constexpr uint32_t kPlanarTypes[] = {KPR_TYPE_Q4_0, KPR_TYPE_IQ4_NL, KPR_TYPE_Q4_K};
-constexpr uint32_t kNPlanar = sizeof(kPlanarTypes) / sizeof(kPlanarTypes[0]) * kNPlanarShapes;
+constexpr uint32_t kLanesTypes[] = {KPR_TYPE_Q4_K};
 const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes", "on"}};
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
-uint32_t p_selftest_count(void *, const kpr_device_desc *) {
-    return kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32 + kNTileOff;
+// The case list: each group runs every one of its types on every one of its shapes (type-major), with its options
+// and a name suffix that names them. Case i is found by walking the groups in order, so a new group goes at the end
+// (case indices, and `kpr selftest --list`, stay put).
+struct CaseGroup {
+    const uint32_t *types;
+    uint32_t n_types;
+    const Shape *shapes;
+    uint32_t n_shapes;
+    const kpr_option_value *options; // null: the defaults
+    uint32_t n_options;
+    const char *suffix;              // after "<type> <shape> n<ncols>"
+    constexpr uint32_t size() const { return n_types * n_shapes; }
+};
+template <size_t NT, size_t NS>
+constexpr CaseGroup group(const uint32_t (&types)[NT], const Shape (&shapes)[NS], const kpr_option_value *options = nullptr,
+                          uint32_t n_options = 0, const char *suffix = "") {
+    return CaseGroup{types, NT, shapes, NS, options, n_options, suffix};
 }
+constexpr CaseGroup kGroups[] = {
+    group(kTypes, kShapes),
+    group(kExtraTypes, kExtra),
+    group(kTileTypes, kTileShapes, kTileOn, 1, " tile_kernel=on"),
+    group(kPlanarTypes, kPlanarShapes, kPlanarOn, 2, " planar_weights block_lanes=on"),
+    group(kLanesTypes, kPlanarShapes, kLanesOn, 1, " block_lanes=on"),
+    group(kTileTypes, kWideShapes, kTileWide, 1, " tile_kernel=wide"),
+    group(kWide32Types, kWide32Shapes, kTileWide32, 1, " tile_kernel=wide32"),
+    group(kTileTypes, kTileOffShapes, kTileOff, 1, " tile_kernel=off"),
+};
+constexpr uint32_t kNCases = [] {
+    uint32_t n = 0;
+    for (const CaseGroup &g : kGroups) n += g.size();
+    return n;
+}();
+
+uint32_t p_selftest_count(void *, const kpr_device_desc *) { return kNCases; }
 
 kpr_status p_selftest_get(void *, const kpr_device_desc *, uint32_t index, kpr_selftest_case *out, kpr_error *err) {
-    static char names[kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32 + kNTileOff][96];
-    const Shape *s;
-    uint32_t type;
-    const char *tname;
-    bool tile_on = false, planar_on = false, wide = false, wide32 = false, tile_off = false;
-    if (index < kNTypes * kNShapes) {
-        const TypeName &t = kTypes[index / kNShapes];
-        s = &kShapes[index % kNShapes];
-        type = t.type;
-        tname = t.name;
-    } else if (index < kNTypes * kNShapes + kNExtra) {
-        const uint32_t e = index - kNTypes * kNShapes;
-        type = kExtraTypes[e / kNExtraShapes];
-        s = &kExtra[e % kNExtraShapes];
-        tname = cuda::type_desc(type)->name;
-    } else if (index < kNTypes * kNShapes + kNExtra + kNTile) {
-        const uint32_t e = index - kNTypes * kNShapes - kNExtra;
-        type = kTileTypes[e / kNTileShapes];
-        s = &kTileShapes[e % kNTileShapes];
-        tname = cuda::type_desc(type)->name;
-        tile_on = true;
-    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar) {
-        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile;
-        type = kPlanarTypes[e / kNPlanarShapes];
-        s = &kPlanarShapes[e % kNPlanarShapes];
-        tname = cuda::type_desc(type)->name;
-        planar_on = true;
-    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide) {
-        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile - kNPlanar;
-        type = kTileTypes[e / kNWideShapes];
-        s = &kWideShapes[e % kNWideShapes];
-        tname = cuda::type_desc(type)->name;
-        wide = true;
-    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32) {
-        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile - kNPlanar - kNWide;
-        type = kWide32Types[e / kNWide32Shapes];
-        s = &kWide32Shapes[e % kNWide32Shapes];
-        tname = cuda::type_desc(type)->name;
-        wide32 = true;
-    } else if (index < kNTypes * kNShapes + kNExtra + kNTile + kNPlanar + kNWide + kNWide32 + kNTileOff) {
-        const uint32_t e = index - kNTypes * kNShapes - kNExtra - kNTile - kNPlanar - kNWide - kNWide32;
-        type = kTileTypes[e / kNTileOffShapes];
-        s = &kTileOffShapes[e % kNTileOffShapes];
-        tname = cuda::type_desc(type)->name;
-        tile_off = true;
-    } else {
-        return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
-    }
+    static char names[kNCases][96];
+    if (index >= kNCases) return cuda::fail(err, KPR_ERR_INVALID_ARGUMENT, "selftest_get: index %u out of range", index);
+    uint32_t e = index;
+    const CaseGroup *g = kGroups;
+    while (e >= g->size()) e -= (g++)->size();
+    const uint32_t type = g->types[e / g->n_shapes];
+    const Shape *s = &g->shapes[e % g->n_shapes];
     // legal shapes only: K-quant/IQ types need cols % 256
     uint64_t cols = s->cols;
     const cuda::TypeDesc *td = cuda::type_desc(type);
     if (cols % td->qk) cols = (cols / 256 + 1) * 256;
-    std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", tname, s->tag, s->ncols,
-                  tile_on     ? " tile_kernel=on"
-                  : wide      ? " tile_kernel=wide"
-                  : wide32    ? " tile_kernel=wide32"
-                  : tile_off  ? " tile_kernel=off"
-                  : !planar_on ? ""
-                  : type == KPR_TYPE_Q4_K ? " block_lanes=on"
-                                          : " planar_weights block_lanes=on");
+    std::snprintf(names[index], sizeof(names[index]), "%s %s n%u%s", td->name, s->tag, s->ncols, g->suffix);
     const bool fx = find_kernel(type)->float_x;
     cuda::CaseSpec c{names[index], KPR_SELFTEST_REFERENCE, s->op_kind, type, s->ncols, s->rows, cols,
                      s->n_experts, s->n_used, s->x_slots, fx ? kTolF : kTolQ,
-                     static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr,
-                     tile_on     ? kTileOn
-                     : wide      ? kTileWide
-                     : wide32    ? kTileWide32
-                     : tile_off  ? kTileOff
-                     : !planar_on ? nullptr
-                     : type == KPR_TYPE_Q4_K ? kLanesOn
-                                             : kPlanarOn,
-                     tile_on || wide || wide32 || tile_off || (planar_on && type == KPR_TYPE_Q4_K) ? 1u : planar_on ? 2u : 0u};
+                     static_cast<uint32_t>(fx ? KPR_ACT_FLOAT : KPR_ACT_Q8_1), kQTol, nullptr, g->options, g->n_options};
     return cuda::fill_case(c, out, err);
 }
 

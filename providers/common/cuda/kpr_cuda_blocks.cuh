@@ -479,6 +479,30 @@ __device__ __forceinline__ int q3k_scale(const uint8_t *s, int i) {
     return (lo | (hi << 4)) - 32;
 }
 
+// acc[r][j] += the dot products of four 16-weight groups' signed bytes v[r][4g..4g+3] with column j's activations
+// at k0 (groups 0, 1: the first 32-value activation block; 2, 3: the next), scaled by ds[r][g] and the activations'
+// block scales (Q3_K, Q6_K)
+template <int NC, int R, class X>
+__device__ __forceinline__ void add_four_groups(const uint32_t (&v)[R][16], const float (&ds)[R][4], const X &x, uint32_t k0,
+                                                float (&acc)[R][NC]) {
+#pragma unroll
+    for (int j = 0; j < NC; ++j) {
+        int xw[16];
+        x.template words<16>(j, k0, xw);
+        const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float t = acc[r][j];
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+                const int s = dot_words<4>(v[r] + 4 * g, xw + 4 * g);
+                t = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][g], g < 2 ? dx0 : dx1), t);
+            }
+            acc[r][j] = t;
+        }
+    }
+}
+
 struct TQ3_K {
     static constexpr uint32_t TYPE = KPR_TYPE_Q3_K, QK = 256, BS = 110, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
@@ -510,22 +534,7 @@ struct TQ3_K {
                         __fmul_rn(d, static_cast<float>(q3k_scale(p + 96, 8 * h + 2 * jb + hf)));
             }
         }
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-#pragma unroll
-                for (int g = 0; g < 4; ++g) {
-                    const int s = dot_words<4>(v[r] + 4 * g, xw + 4 * g);
-                    t = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][g], g < 2 ? dx0 : dx1), t);
-                }
-                acc[r][j] = t;
-            }
-        }
+        add_four_groups<NC, R>(v, ds, x, k0, acc);
     }
 };
 
@@ -561,22 +570,7 @@ struct TQ6_K {
                 }
             }
         }
-#pragma unroll
-        for (int j = 0; j < NC; ++j) {
-            int xw[16];
-            x.template words<16>(j, k0, xw);
-            const float dx0 = x.dq(j, k0), dx1 = x.dq(j, k0 + 32);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float t = acc[r][j];
-#pragma unroll
-                for (int g = 0; g < 4; ++g) {
-                    const int s = dot_words<4>(v[r] + 4 * g, xw + 4 * g);
-                    t = __fmaf_rn(static_cast<float>(s), __fmul_rn(ds[r][g], g < 2 ? dx0 : dx1), t);
-                }
-                acc[r][j] = t;
-            }
-        }
+        add_four_groups<NC, R>(v, ds, x, k0, acc);
     }
 };
 

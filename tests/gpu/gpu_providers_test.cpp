@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <set>
 
 using namespace kpr::gputest;
 
@@ -624,4 +626,104 @@ TEST(CudaNegotiation, GenericCudaBlockLanesOption) {
     EXPECT_EQ(none.prepared_bytes, ask(*p, gemv(KPR_TYPE_Q4_0, 4096, 4096, 1), kH200).prepared_bytes);
     EXPECT_NE(std::strstr(none.reason, "no planar copy: block_lanes takes no column count of this op"), nullptr)
         << none.reason;
+}
+
+// ---- the self-test case tables: no GPU needed --------------------------------------------------------
+
+namespace {
+// Whether `value` is a legal value of the option declared as `d` (the check the core applies to configured values).
+bool legal_option_value(const kpr_option_decl &d, const std::string &value) {
+    switch (d.type) {
+    case KPR_OPTION_BOOL:
+        return value == "true" || value == "false";
+    case KPR_OPTION_INT: {
+        char *end = nullptr;
+        const long long v = std::strtoll(value.c_str(), &end, 10);
+        return !value.empty() && *end == '\0' && v >= d.min_value && v <= d.max_value;
+    }
+    case KPR_OPTION_STRING: {
+        if (!d.choices) return true;
+        const std::string all = std::string(",") + d.choices + ",";
+        return all.find("," + value + ",") != std::string::npos;
+    }
+    default:
+        return true;
+    }
+}
+} // namespace
+
+// Every case a CUDA provider declares is well formed, so that editing a case table cannot silently break the GPU runs
+// that only a lent machine makes: the names unique and NUL-terminated, legal ops (ncols 1..8, cols a multiple of the
+// block, grouped shapes consistent), positive tolerances, options the provider declares with legal values, parity
+// cases naming a provider that loads, every case accepted by the provider on a simulated H200 (a declined case
+// fails kpr_gpu_tests there), and an index past the end refused with the output left untouched.
+TEST(CudaCaseTables, WellFormed) {
+    for (const char *name : {"generic_cuda", "sm60_q8", "iq_stage_tables"}) {
+        SCOPED_TRACE(name);
+        auto p = get(name);
+        ASSERT_TRUE(p->ok()) << p->error;
+        ASSERT_NE(p->t->selftest_count, nullptr);
+        const uint32_t n = p->t->selftest_count(p->state, &kH200);
+        EXPECT_GT(n, 0u);
+        std::map<std::string, const kpr_option_decl *> decls;
+        for (uint32_t i = 0; i < (p->t->option_count ? p->t->option_count(p->state) : 0); ++i) {
+            const kpr_option_decl *d = p->t->option_get(p->state, i);
+            decls[d->name] = d;
+        }
+        std::set<std::string> names;
+        uint32_t accepted = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            kpr_selftest_case c{};
+            c.struct_size = sizeof(c);
+            kpr_error err{sizeof(err), {0}};
+            ASSERT_EQ(p->t->selftest_get(p->state, &kH200, i, &c, &err), KPR_OK) << "case " << i << ": " << err.message;
+            ASSERT_NE(std::memchr(c.name, '\0', sizeof(c.name)), nullptr) << "case " << i << ": name not terminated";
+            const std::string cn = c.name;
+            SCOPED_TRACE(cn);
+            EXPECT_FALSE(cn.empty());
+            EXPECT_TRUE(names.insert(cn).second) << "two cases are named '" << cn << "'";
+            EXPECT_GE(c.op.ncols, 1u);
+            EXPECT_LE(c.op.ncols, KPR_MAX_NCOLS);
+            EXPECT_GT(c.op.rows, 0u);
+            const TypeInfo *ti = tinfo(c.op.weight_type);
+            ASSERT_NE(ti, nullptr) << "weight type " << c.op.weight_type;
+            EXPECT_TRUE(c.op.cols > 0 && c.op.cols % ti->qk == 0) << c.op.cols << " columns of " << ti->name;
+            if (c.op.kind == KPR_OP_GEMV_GROUPED) {
+                EXPECT_GE(c.op.n_used, 1u);
+                EXPECT_LE(c.op.n_used, c.op.n_experts);
+                EXPECT_TRUE(c.op.x_slots == 1 || c.op.x_slots == c.op.n_used) << c.op.x_slots;
+            } else {
+                EXPECT_EQ(c.op.kind, static_cast<uint32_t>(KPR_OP_GEMV));
+                EXPECT_EQ(c.op.n_experts, 1u);
+            }
+            EXPECT_GT(c.tolerance, 0.0);
+            EXPECT_LT(c.tolerance, 1.0);
+            if (c.act_rounding != KPR_ACT_FLOAT) {
+                EXPECT_GT(c.quantized_tolerance, 0.0);
+                EXPECT_LT(c.quantized_tolerance, c.tolerance);
+            }
+            for (uint32_t k = 0; k < c.n_options; ++k) {
+                auto it = decls.find(c.options[k].name);
+                ASSERT_NE(it, decls.end()) << "option '" << c.options[k].name << "' is not declared";
+                EXPECT_TRUE(legal_option_value(*it->second, c.options[k].value))
+                    << c.options[k].name << " = '" << c.options[k].value << "'";
+            }
+            if (c.kind == KPR_SELFTEST_PARITY) {
+                ASSERT_NE(c.parity_provider, nullptr);
+                EXPECT_TRUE(get(c.parity_provider)->ok()) << c.parity_provider;
+            }
+            if (c.kind == KPR_SELFTEST_INTERNAL) continue;
+            kpr_offer o = ask(*p, c.op, kH200, c.options, c.n_options);
+            EXPECT_TRUE(o.accepted) << "declined on a simulated H200: " << o.reason;
+            accepted += o.accepted;
+        }
+        std::printf("%s: %u cases, %u accepted on a simulated H200\n", name, n, accepted);
+        kpr_selftest_case past{};
+        past.struct_size = sizeof(past);
+        std::memset(past.name, 'x', sizeof(past.name));
+        kpr_error err{sizeof(err), {0}};
+        EXPECT_NE(p->t->selftest_get(p->state, &kH200, n, &past, &err), KPR_OK);
+        EXPECT_NE(err.message[0], '\0');
+        EXPECT_EQ(past.name[0], 'x') << "the output was written for an index past the end";
+    }
 }

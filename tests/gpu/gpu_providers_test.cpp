@@ -5,6 +5,9 @@
 // The negotiation tests at the bottom need no GPU: they query simulated devices.
 #include "harness.hpp"
 
+#include <kpr/config.hpp>
+#include <kpr/error.hpp>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -631,23 +634,14 @@ TEST(CudaNegotiation, GenericCudaBlockLanesOption) {
 // ---- the self-test case tables: no GPU needed --------------------------------------------------------
 
 namespace {
-// Whether `value` is a legal value of the option declared as `d` (the check the core applies to configured values).
+// Whether `value` is a legal value of the option declared as `d`: the core's own check, which the runtime applies to
+// a self-test case's options before it runs the case.
 bool legal_option_value(const kpr_option_decl &d, const std::string &value) {
-    switch (d.type) {
-    case KPR_OPTION_BOOL:
-        return value == "true" || value == "false";
-    case KPR_OPTION_INT: {
-        char *end = nullptr;
-        const long long v = std::strtoll(value.c_str(), &end, 10);
-        return !value.empty() && *end == '\0' && v >= d.min_value && v <= d.max_value;
-    }
-    case KPR_OPTION_STRING: {
-        if (!d.choices) return true;
-        const std::string all = std::string(",") + d.choices + ",";
-        return all.find("," + value + ",") != std::string::npos;
-    }
-    default:
+    try {
+        kpr::canonical_option_value(d, kpr::OptionSetting{value, "", "self-test case"});
         return true;
+    } catch (const kpr::Error &) {
+        return false;
     }
 }
 } // namespace

@@ -428,19 +428,23 @@ struct CaseGroup {
     constexpr uint32_t size() const { return n_types * n_shapes; }
 };
 template <size_t NT, size_t NS>
-constexpr CaseGroup group(const uint32_t (&types)[NT], const Shape (&shapes)[NS], const kpr_option_value *options = nullptr,
-                          uint32_t n_options = 0, const char *suffix = "") {
-    return CaseGroup{types, NT, shapes, NS, options, n_options, suffix};
+constexpr CaseGroup group(const uint32_t (&types)[NT], const Shape (&shapes)[NS]) {
+    return CaseGroup{types, NT, shapes, NS, nullptr, 0, ""};
+}
+template <size_t NT, size_t NS, size_t NO>
+constexpr CaseGroup group(const uint32_t (&types)[NT], const Shape (&shapes)[NS], const kpr_option_value (&options)[NO],
+                          const char *suffix) {
+    return CaseGroup{types, NT, shapes, NS, options, NO, suffix};
 }
 constexpr CaseGroup kGroups[] = {
     group(kTypes, kShapes),
     group(kExtraTypes, kExtra),
-    group(kTileTypes, kTileShapes, kTileOn, 1, " tile_kernel=on"),
-    group(kPlanarTypes, kPlanarShapes, kPlanarOn, 2, " planar_weights block_lanes=on"),
-    group(kLanesTypes, kPlanarShapes, kLanesOn, 1, " block_lanes=on"),
-    group(kTileTypes, kWideShapes, kTileWide, 1, " tile_kernel=wide"),
-    group(kWide32Types, kWide32Shapes, kTileWide32, 1, " tile_kernel=wide32"),
-    group(kTileTypes, kTileOffShapes, kTileOff, 1, " tile_kernel=off"),
+    group(kTileTypes, kTileShapes, kTileOn, " tile_kernel=on"),
+    group(kPlanarTypes, kPlanarShapes, kPlanarOn, " planar_weights block_lanes=on"),
+    group(kLanesTypes, kPlanarShapes, kLanesOn, " block_lanes=on"),
+    group(kTileTypes, kWideShapes, kTileWide, " tile_kernel=wide"),
+    group(kWide32Types, kWide32Shapes, kTileWide32, " tile_kernel=wide32"),
+    group(kTileTypes, kTileOffShapes, kTileOff, " tile_kernel=off"),
 };
 constexpr uint32_t kNCases = [] {
     uint32_t n = 0;

@@ -481,7 +481,8 @@ __device__ __forceinline__ int q3k_scale(const uint8_t *s, int i) {
 
 // acc[r][j] += the dot products of four 16-weight groups' signed bytes v[r][4g..4g+3] with column j's activations
 // at k0 (groups 0, 1: the first 32-value activation block; 2, 3: the next), scaled by ds[r][g] and the activations'
-// block scales (Q3_K, Q6_K)
+// block scales (Q3_K, Q6_K). Apart from add_two_units on purpose: one template for both compiled the IQ3 and IQ4_XS
+// kernels differently (docs/cuda-tuning-log.md, forty-second session).
 template <int NC, int R, class X>
 __device__ __forceinline__ void add_four_groups(const uint32_t (&v)[R][16], const float (&ds)[R][4], const X &x, uint32_t k0,
                                                 float (&acc)[R][NC]) {

@@ -455,17 +455,25 @@ struct MmaQ45K {
         };
         const uint32_t a[4] = {q(r0.qa[g], r0.ha), q(r8.qa[g], r8.ha), q(r0.qb[g], r0.hb), q(r8.qb[g], r8.hb)};
         mma_u8s8_16x8x32(a, b, sum);
-        dw0 = byte_times(r0.d, r0.sc[h], by);
-        mw0 = byte_times(r0.dmin, r0.m[h], by);
-        dw1 = byte_times(r8.d, r8.sc[h], by);
-        mw1 = byte_times(r8.dmin, r8.m[h], by);
+        dw0 = byte_times_cvt(r0.d, r0.sc[h], by);
+        mw0 = byte_times_cvt(r0.dmin, r0.m[h], by);
+        dw1 = byte_times_cvt(r8.d, r8.sc[h], by);
+        mw1 = byte_times_cvt(r8.dmin, r8.m[h], by);
     }
     // a unit's scale d sc_j or offset dmin m_j: f times the byte of w at bit by. The byte goes into the mantissa
     // of 2^23 by a byte permute, and one exact subtraction makes it the float: no conversion instruction (I2F
-    // runs at a quarter of the FMA rate on 8.0 and 9.0)
+    // runs at a quarter of the FMA rate on 8.0 and 9.0). Used by the one-column kernels' deferred folds.
     __device__ __forceinline__ static float byte_times(float f, uint32_t w, uint32_t by) {
         const float b = __fsub_rn(__uint_as_float(prmt(w, 0x4B000000u, 0x7540u | (by >> 3))), 8388608.0f);
         return __fmul_rn(f, b);
+    }
+    // the same value by a conversion (sm_90: I2F.U8 and I2FP.F32.U32), for the 2..8-column kernels (product).
+    // There byte_times cost one instruction more per scale (sm_90: 32 more per chunk) and was slower: with this
+    // again (the thirty-fourth session's code), an H100 from device memory, us per call, 4096 x 14336 at 2
+    // columns 16.5 -> 15.7, 4096 x 11008 13.5 -> 12.9; 140 Q4_K / Q5_K cases of 2..8 columns on ten shapes
+    // 0.96-1.05x, geometric mean 1.007 (run 1 of docs/measurements/h100-session43-runs.txt).
+    __device__ __forceinline__ static float byte_times_cvt(float f, uint32_t w, uint32_t by) {
+        return __fmul_rn(f, static_cast<float>((w >> by) & 0xFFu));
     }
     // DEFER: the scales and offsets of units 2t, 2t + 1 of block p
     __device__ __forceinline__ static void defer_scales(uint32_t row, uint32_t p, uint32_t t, float (&dw)[2], float (&mw)[2]) {

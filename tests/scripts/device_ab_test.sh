@@ -41,6 +41,7 @@ EOF
 printf '#!/usr/bin/env bash\necho "[  PASSED  ] 15 tests."\n' > "$W/p/bin/kpr_gpu_tests"
 cat > "$W/tools/compute-sanitizer" <<'EOF'
 #!/usr/bin/env bash
+[[ -n "${KPR_FAKE_SAN_LOG:-}" ]] && echo "$*" >> "$KPR_FAKE_SAN_LOG"
 while [[ "$1" != */bin/kpr ]]; do shift; done
 "$@"; rc=$?
 echo "========= ERROR SUMMARY: ${KPR_FAKE_SAN_ERRORS:-0} errors"
@@ -67,7 +68,7 @@ expect "--copies reaches the bench" 0 0 "$(cat "$W/u/base/.args" 2>/dev/null)" '
 
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --selftest --gpu-tests --sanitize "q4_k 4093x14336 n1" base exp 2>&1); rc=$?
 expect "checks that pass" $rc 0 "$out" 'nothing failed'
-expect "racecheck asked for warnings" $rc 0 "$out" "\[exp\] racecheck 'q4_k 4093x14336 n1'"
+expect "racecheck asked for warnings" $rc 0 "$out" "\[exp\] racecheck generic_cuda 'q4_k 4093x14336 n1'"
 
 out=$(KPR_FAKE_FAIL=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --selftest base exp 2>&1); rc=$?
 expect "a failing self-test fails the run" $rc 1 "$out" '\[exp\] selftest: exit 1'
@@ -83,7 +84,17 @@ expect "--check-only with a name that is not one of the NAMEs" $rc 2 "$out" "--c
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize nomatch base 2>&1); rc=$?
 expect "a sanitizer filter that matches no case fails" $rc 1 "$out" 'no self-test case matched'
 out=$(KPR_FAKE_SAN_ERRORS=2 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize q4_k base 2>&1); rc=$?
-expect "sanitizer errors fail the run" $rc 1 "$out" 'memcheck .q4_k.: sanitizer errors'
+expect "sanitizer errors fail the run" $rc 1 "$out" 'memcheck generic_cuda .q4_k.: sanitizer errors'
+out=$(KPR_FAKE_SAN_LOG="$W/san.log" bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize-all base 2>&1); rc=$?
+expect "--sanitize-all passes" $rc 0 "$out" 'nothing failed'
+expect "--sanitize-all: 3 tools x (2 providers + 17 weight types of generic_cuda)" 0 0 "$(wc -l < "$W/san.log")" '^57$'
+expect "--sanitize-all: every case of sm60_q8 in one process" 0 0 "$(cat "$W/san.log")" \
+  'memcheck .*/bin/kpr --provider-path .*/base selftest --in-process --provider sm60_q8 --device cuda:0$'
+expect "--sanitize-all: generic_cuda per weight type, bf16 included" 0 0 "$(cat "$W/san.log")" \
+  '--provider generic_cuda --device cuda:0 --filter bf16 $'
+expect "--sanitize-all: synccheck with room for 65536 mbarriers" 0 0 "$(grep -c -- '--tool synccheck --num-cuda-barriers 65536 ' "$W/san.log")" '^19$'
+out=$(KPR_FAKE_SAN_ERRORS=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize-all base 2>&1); rc=$?
+expect "--sanitize-all: sanitizer errors fail the run" $rc 1 "$out" "racecheck generic_cuda 'iq3_s ': sanitizer errors"
 
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" base nosuch 2>&1); rc=$?
 expect "a name the pack lacks" $rc 1 "$out" "has no folder 'nosuch'"

@@ -35,6 +35,14 @@ cat > "$W/p/bin/kpr" <<'EOF'
 #!/usr/bin/env bash
 # a self-test run; the folder "exp" fails one case when KPR_FAKE_FAIL is set; a filter "nomatch" matches nothing
 [[ "$*" == *nomatch* ]] && { echo "0 passed, 0 failed, 0 skipped"; exit 0; }
+if [[ "$*" == *--list* ]]; then # generic_cuda's cases, as kpr selftest --list prints them (empty with KPR_FAKE_NO_CASES)
+  echo "provider      device  case                    kind       op                              threshold  rounded"
+  [[ -n "${KPR_FAKE_NO_CASES:-}" ]] && exit 1
+  for c in "q8_0 4096x4096 n1" "q8_0 77x1536 n4" "q4_K 4096x14336 n1 tile_kernel=off" "f16 4096x4096 n1" "bf16 130x768 n6"; do
+    printf 'generic_cuda  cuda:0  %-22s  reference  gemv x 4096x4096 ncols 1          2.0e-02    q8_1\n' "$c"
+  done
+  exit 0
+fi
 if [[ -n "${KPR_FAKE_FAIL:-}" && "$*" == */exp* ]]; then echo "FAIL q4_k 4096x14336 n1"; echo "2 passed, 1 failed, 0 skipped"; exit 1; fi
 echo "3 passed, 0 failed, 0 skipped"
 EOF
@@ -87,14 +95,18 @@ out=$(KPR_FAKE_SAN_ERRORS=2 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no
 expect "sanitizer errors fail the run" $rc 1 "$out" 'memcheck generic_cuda .q4_k.: sanitizer errors'
 out=$(KPR_FAKE_SAN_LOG="$W/san.log" bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize-all base 2>&1); rc=$?
 expect "--sanitize-all passes" $rc 0 "$out" 'nothing failed'
-expect "--sanitize-all: 3 tools x (2 providers + 17 weight types of generic_cuda)" 0 0 "$(wc -l < "$W/san.log")" '^57$'
+expect "--sanitize-all: 3 tools x (2 providers + the 4 weight types of generic_cuda's listed cases)" 0 0 "$(wc -l < "$W/san.log")" '^18$'
 expect "--sanitize-all: every case of sm60_q8 in one process" 0 0 "$(cat "$W/san.log")" \
   'memcheck .*/bin/kpr --provider-path .*/base selftest --in-process --provider sm60_q8 --device cuda:0$'
 expect "--sanitize-all: generic_cuda per weight type, bf16 included" 0 0 "$(cat "$W/san.log")" \
   '--provider generic_cuda --device cuda:0 --filter bf16 $'
-expect "--sanitize-all: synccheck with room for 65536 mbarriers" 0 0 "$(grep -c -- '--tool synccheck --num-cuda-barriers 65536 ' "$W/san.log")" '^19$'
+expect "--sanitize-all: synccheck with room for 65536 mbarriers" 0 0 "$(grep -c -- '--tool synccheck --num-cuda-barriers 65536 ' "$W/san.log")" '^6$'
+expect "--sanitize-all: a type once, in the order listed" 0 0 "$(grep -- '--tool memcheck' "$W/san.log" | grep -o -- '--filter .*' | tr '\n' '|')" \
+  '^--filter q8_0 \|--filter q4_K \|--filter f16 \|--filter bf16 \|$'
+out=$(KPR_FAKE_NO_CASES=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize-all base 2>&1); rc=$?
+expect "--sanitize-all: no generic_cuda case listed fails the run" $rc 1 "$out" 'gave no generic_cuda case'
 out=$(KPR_FAKE_SAN_ERRORS=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize-all base 2>&1); rc=$?
-expect "--sanitize-all: sanitizer errors fail the run" $rc 1 "$out" "racecheck generic_cuda 'iq3_s ': sanitizer errors"
+expect "--sanitize-all: sanitizer errors fail the run" $rc 1 "$out" "racecheck generic_cuda 'bf16 ': sanitizer errors"
 
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" base nosuch 2>&1); rc=$?
 expect "a name the pack lacks" $rc 1 "$out" "has no folder 'nosuch'"

@@ -195,18 +195,19 @@ inline size_t act_tiles_bytes(size_t nvec, size_t cols, bool sums) {
 
 // Quantizes nvec vectors of cols values (cols % 256 == 0) into the tile layout at t (the same values as
 // quantize_act_q8_1; the block sums only with SUMS; PERM: each block's values at tile_perm_pos). One
-// thread per value.
+// thread per value. x holds nreal <= nvec vectors; the vectors past them are zeros (kpr_cuda_mma.cuh
+// tile_vectors).
 template <bool SUMS, bool PERM = false>
 static __global__ void __launch_bounds__(256) quantize_act_q8_1_tiles(const float *__restrict__ x, uint32_t nvec,
-                                                              uint32_t cols, uint8_t *__restrict__ t) {
+                                                              uint32_t nreal, uint32_t cols, uint8_t *__restrict__ t) {
     pdl_launch_dependents(); // as quantize_act_q8_1
     pdl_wait();
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x & 31u) >= size_t(nvec) * cols) return;
     float dh;
     int sum;
-    const int qi = q8_1_quantize_lane(x[i], dh, sum);
     const uint32_t v = static_cast<uint32_t>(i / cols), k = static_cast<uint32_t>(i % cols);
+    const int qi = q8_1_quantize_lane(v < nreal ? x[i] : 0.0f, dh, sum); // (a warp's 32 values are one vector's)
     uint8_t *run = t + size_t(k / 256) * ActTiles::run_bytes(nvec, SUMS);
     const uint32_t pos = PERM ? (k % 256) / 32 * 32 + tile_perm_pos(k % 32) : k % 256;
     run[v * ActTiles::QS + pos] = static_cast<uint8_t>(static_cast<int8_t>(qi));

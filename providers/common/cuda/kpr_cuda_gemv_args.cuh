@@ -19,7 +19,7 @@ struct GemvKArgs {
     uint32_t rows;
     uint32_t nb;           // blocks per row
     const int32_t *ids;    // grouped: [ncols][n_used]; null for plain GEMV
-    uint32_t n_used;
+    uint32_t n_used;       // grouped: experts per column; the tile kernel's PAD instances: the columns written
     uint32_t x_slots;
     uint32_t n_experts;
     uint32_t aligned;      // w, row_bytes and expert_bytes are multiples of 16

@@ -618,8 +618,11 @@ constexpr bool mma_two_tile_ring_fits() {
 // once, serve 16 * TR rows (mma_two_tiles, mma_two_tile_ring_fits).
 // XFIRST (FX with EARLY only): only stage 0's weights are requested before the dependency wait; stages 1.. after
 // every stage's activations (mma_x_first).
+// PAD (NC = 4 or 8, tile_vectors): the call has fewer columns than NC, a.n_used of them (that field is the
+// grouped GEMV's otherwise, which the tile kernel does not serve); the layout's columns past them are zero, and
+// only a.n_used columns are written out.
 template <class M, int NC, int W, int S, bool FX = false, bool EARLY = false, bool DEFER = false, bool TMA = false, int TR = 1,
-          bool XFIRST = false>
+          bool XFIRST = false, bool PAD = false>
 __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2 && W <= kMmaWarps) ? 2 : 1) gemv_mma_kernel(const GemvKArgs a, const KPR_GRID_CONSTANT TmaMap wmap) {
 #if KPR_MMA_INT8 && KPR_BULK_COPY // launched on 9.0 only (mma_serves)
     using G = MmaGeom<M, NC, FX, TR>;
@@ -956,7 +959,7 @@ __global__ void __launch_bounds__(32 * W, (W >= 16 && FX && TR == 1) || (TR == 2
     for (uint32_t i = threadIdx.x; i < G::ROWS * NC; i += 32 * W) {
         const uint32_t r = i / NC, j = i % NC;
         const float v = pairwise_sum<W>([&](int w) { return red(w)[r * 8 + j]; });
-        if (row0 + r < a.rows) a.y[static_cast<uint64_t>(j) * a.rows + row0 + r] = v;
+        if (row0 + r < a.rows && (!PAD || j < a.n_used)) a.y[static_cast<uint64_t>(j) * a.rows + row0 + r] = v;
     }
 #endif
 }
@@ -1001,6 +1004,23 @@ constexpr uint32_t mma_stage_bytes(uint32_t nc) {
     return (G::OFF_X + G::XR * ActTiles::run_bytes(nc, M::SUMS) + 127) / 128 * 128;
 }
 
+// The columns the tile kernel computes for ncols (ncols itself, or 4 for 3 and 8 for 5..7: the kernel of 4 or 8
+// columns with the others zero, PAD). Measured on an H100 (forty-third session, docs/measurements/
+// h100-session43-runs.txt, us per call): the kernels of 3, 5, 6 and 7 columns were slower than those of 4 and 8 for
+// Q4_K and Q5_K (run 1, ten shapes: Q4_K 4096 x 14336 17.8 / 15.7 at 3 / 4 columns, 20.0, 17.5, 21.6 / 15.7 at 5, 6,
+// 7 / 8). Padded against them (run 6, four shapes, geometric means; in brackets the least): Q4_K 1.08 [1.02] at 3
+// columns, 1.21 [1.14] at 5, 1.12 [1.08] at 6, 1.33 [1.25] at 7; Q5_K 1.06, 1.17, 1.08, 1.25 [1.02 or more]; Q4_0 1.03
+// [0.97], 1.05 [1.01], 1.01 [0.95], 1.08 [1.02]; IQ4_NL 1.02 [0.98], 1.05 [0.98], 1.02 [0.95], 1.09 [1.03]; Q8_0 1.01
+// [1.00], 1.02 [1.00], 1.00 [0.98], 1.06 [1.02]; IQ4_XS 0.99-1.01 (its 5..7-column kernels are as fast as its 8).
+// So 3, 5 and 7 padded for all but IQ4_XS, and 6 for Q4_K and Q5_K.
+constexpr uint32_t tile_vectors(uint32_t type, uint32_t ncols) {
+    if (type == KPR_TYPE_IQ4_XS) return ncols;
+    if (ncols == 3) return 4;
+    if (ncols == 5 || ncols == 7) return 8;
+    if (ncols == 6 && (type == KPR_TYPE_Q4_K || type == KPR_TYPE_Q5_K)) return 8;
+    return ncols;
+}
+
 // Whether the ring of 16 warps x 2 stages at 2..8 columns (and the kernel's static shared memory) fits
 // within optin bytes of shared memory per block.
 inline bool mma_wide_ring_fits(uint32_t type, uint32_t nc, uint32_t optin) {
@@ -1043,7 +1063,7 @@ inline bool mma_wide(uint32_t type, const GemvArgs &a, uint32_t ncols) {
     const uint32_t tiles = (a.rows + 15) / 16;
     if (ncols != 1)
         return (mma_mode_wide(a.mma_mode) || (a.mma_mode == kMmaAuto && tiles <= a.sms)) &&
-               mma_wide_ring_fits(type, ncols, a.smem_optin);
+               mma_wide_ring_fits(type, tile_vectors(type, ncols), a.smem_optin);
     if (mma_mode_wide(a.mma_mode)) return true;
     if (a.mma_mode != kMmaAuto) return false;
     switch (type) {
@@ -1299,21 +1319,24 @@ bool mma_fits(const GemvArgs &a, size_t dyn) {
 // promotion at 256 bytes: 0.1-0.4 us slower than none.
 // allow: the kernel's dynamic shared memory allowance (set once per device: the most any call asks), at
 // least dyn.
-template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false, int TR = 1, bool XFIRST = false>
+template <class M, int NC, int W, int S, bool FX, bool EARLY = false, bool DEFER = false, int TR = 1, bool XFIRST = false,
+          bool PAD = false>
 cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dyn, size_t allow, bool pdl,
                                cudaStream_t stream) {
     using G = MmaGeom<M, NC, FX, TR>;
     TmaMap wmap{};
-    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false, TR, XFIRST>;
+    auto k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, false, TR, XFIRST, PAD>;
     bool tma = false;
     if constexpr (!mma_piece_copies<M>()) { // (pieces: no map describes them)
         tma = tma_map_2d(wmap, a.w, a.row_bytes, a.rows, G::CHUNK, G::ROWS);
-        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true, TR, XFIRST>;
+        if (tma) k = gemv_mma_kernel<M, NC, W, S, FX, EARLY, DEFER, true, TR, XFIRST, PAD>;
     }
     static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
     const cudaError_t e = allow_mma_smem(k, allow, set[tma ? 1 : 0]);
     if (e != cudaSuccess) return e;
-    return launch_pdl(k, dim3((a.rows + G::ROWS - 1) / G::ROWS), dim3(32 * W), dyn, pdl, stream, ka, wmap);
+    GemvKArgs kp = ka;
+    if constexpr (PAD) kp.n_used = static_cast<uint32_t>(a.xq_n / a.x.cols); // the columns written
+    return launch_pdl(k, dim3((a.rows + G::ROWS - 1) / G::ROWS), dim3(32 * W), dyn, pdl, stream, kp, wmap);
 }
 
 // A 16-warp ring (mma_wide) padded to half of the SM's shared memory, so that two blocks never share an SM.
@@ -1326,19 +1349,24 @@ inline size_t mma_ring_one_block_per_sm(size_t ring, const GemvArgs &a) {
 // 4 columns, whose 16-warp blocks (64 registers, 112 KiB) fit two per SM, took 7.3 us on 2048 x 8192 and 11.2
 // on 2048 x 14336 without the padding (run 1 of h200-session19-runs.txt; 5.5 and 7.5 at 2 columns), 5.6 and
 // 7.65 with it (run 2).
-template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>()>
+// PAD: the call has fewer columns than NC (tile_vectors).
+template <class M, int NC, int W = kMmaWarps, int S = mma_stages<M, NC, W>(), bool PAD = false>
 cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
     static_assert(mma_stage_bytes<M>(NC) == MmaGeom<M, NC>::STAGE, "mma_stage_bytes");
     const size_t ring = static_cast<size_t>(W) * S * MmaGeom<M, NC>::STAGE;
     const size_t dyn = W > kMmaWarps ? mma_ring_one_block_per_sm(ring, a) : ring;
-    if (a.xq_n != size_t(NC) * a.x.cols || act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes ||
-        !mma_fits<M, W, S>(a, dyn))
+    // x holds ncols vectors (PAD: fewer than NC; the layout has NC, the ones past ncols zero)
+    const size_t ncols = a.x.cols == 0 ? 0 : a.xq_n / a.x.cols;
+    if (ncols < 1 || (PAD ? ncols >= size_t(NC) : ncols != size_t(NC)) || a.xq_n != ncols * a.x.cols ||
+        act_tiles_bytes(NC, a.x.cols, M::SUMS) > a.xq_bytes || !mma_fits<M, W, S>(a, dyn))
         return cudaErrorNotSupported;
+    const size_t n = size_t(NC) * a.x.cols;
     const cudaError_t e =
-        launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((a.xq_n + 255) / 256)), dim3(256), 0,
-                   pdl, stream, a.xf, static_cast<uint32_t>(NC), a.x.cols, reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
+        launch_pdl(quantize_act_q8_1_tiles<M::SUMS, M::PERM>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0,
+                   pdl, stream, a.xf, static_cast<uint32_t>(NC), static_cast<uint32_t>(ncols), a.x.cols,
+                   reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
     if (e != cudaSuccess) return e;
-    return launch_tile_kernel<M, NC, W, S, false>(a, a, dyn, dyn, pdl, stream);
+    return launch_tile_kernel<M, NC, W, S, false, false, false, 1, false, PAD>(a, a, dyn, dyn, pdl, stream);
 }
 
 // Whether the one-column tile kernel (with early refills) requests only its first stage's weights before the
@@ -1389,17 +1417,17 @@ cudaError_t launch_mma_fx(const GemvArgs &a, bool pdl, cudaStream_t stream) {
 // blocks per SM), mma_stages deep; over several waves 2 stages, so that as many blocks as fit share a
 // multiprocessor (measured on the H200, 14336 x 4096 at 3..6 columns, Q4_0: 15.4-17.0 us with 2 stages,
 // 19.8-20.7 with mma_stages). For Q8_0 the two are the same kernel.
-template <class M, int NC>
+template <class M, int NC, bool PAD = false>
 cudaError_t launch_mma_waves(const GemvArgs &a, bool pdl, cudaStream_t s) {
     if (mma_wide(M::Block::TYPE, a, NC)) {
-        const cudaError_t e = launch_mma<M, NC, 2 * kMmaWarps, 2>(a, pdl, s);
+        const cudaError_t e = launch_mma<M, NC, 2 * kMmaWarps, 2, PAD>(a, pdl, s);
         if (e != cudaErrorNotSupported) return e;
     }
-    if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma<M, NC>(a, pdl, s);
-    return launch_mma<M, NC, kMmaWarps, 2>(a, pdl, s);
+    if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma<M, NC, kMmaWarps, mma_stages<M, NC, kMmaWarps>(), PAD>(a, pdl, s);
+    return launch_mma<M, NC, kMmaWarps, 2, PAD>(a, pdl, s);
 }
 
-// On the runtime column count, 1..8.
+// On the runtime column count, 1..8 (tile_vectors).
 template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
@@ -1416,12 +1444,24 @@ cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStrea
         if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
         return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);
     case 2: return launch_mma_waves<M, 2>(a, pdl, s);
-    case 3: return launch_mma_waves<M, 3>(a, pdl, s);
     case 4: return launch_mma_waves<M, 4>(a, pdl, s);
-    case 5: return launch_mma_waves<M, 5>(a, pdl, s);
-    case 6: return launch_mma_waves<M, 6>(a, pdl, s);
-    case 7: return launch_mma_waves<M, 7>(a, pdl, s);
     case 8: return launch_mma_waves<M, 8>(a, pdl, s);
+    default: break;
+    }
+    constexpr uint32_t T = M::Block::TYPE;
+    switch (ncols) { // the others, as tile_vectors says
+    case 3:
+        if constexpr (tile_vectors(T, 3) == 4) return launch_mma_waves<M, 4, true>(a, pdl, s);
+        else return launch_mma_waves<M, 3>(a, pdl, s);
+    case 5:
+        if constexpr (tile_vectors(T, 5) == 8) return launch_mma_waves<M, 8, true>(a, pdl, s);
+        else return launch_mma_waves<M, 5>(a, pdl, s);
+    case 6:
+        if constexpr (tile_vectors(T, 6) == 8) return launch_mma_waves<M, 8, true>(a, pdl, s);
+        else return launch_mma_waves<M, 6>(a, pdl, s);
+    case 7:
+        if constexpr (tile_vectors(T, 7) == 8) return launch_mma_waves<M, 8, true>(a, pdl, s);
+        else return launch_mma_waves<M, 7>(a, pdl, s);
     default: return cudaErrorNotSupported;
     }
 }

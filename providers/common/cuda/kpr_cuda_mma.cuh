@@ -1427,7 +1427,15 @@ cudaError_t launch_mma_waves(const GemvArgs &a, bool pdl, cudaStream_t s) {
     return launch_mma<M, NC, kMmaWarps, 2, PAD>(a, pdl, s);
 }
 
-// On the runtime column count, 1..8 (tile_vectors).
+// NC (2..8) columns: as the tile kernel of tile_vectors(NC) columns, with the others zero where that is more (PAD).
+template <class M, int NC>
+cudaError_t launch_mma_cols(const GemvArgs &a, bool pdl, cudaStream_t s) {
+    constexpr int P = static_cast<int>(tile_vectors(M::Block::TYPE, NC));
+    if constexpr (P != NC) return launch_mma_waves<M, P, true>(a, pdl, s);
+    else return launch_mma_waves<M, NC>(a, pdl, s);
+}
+
+// On the runtime column count, 1..8.
 template <class M>
 cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStream_t s) {
     switch (ncols) {
@@ -1443,25 +1451,13 @@ cudaError_t launch_mma_nc(const GemvArgs &a, uint32_t ncols, bool pdl, cudaStrea
         if (mma_wide(M::Block::TYPE, a, 1)) return launch_mma_fx<M, 2 * kMmaWarps, 2>(a, pdl, s);
         if ((a.rows + 15) / 16 <= 2 * a.sms) return launch_mma_fx<M>(a, pdl, s);
         return launch_mma_fx<M, kMmaWarps, 2>(a, pdl, s);
-    case 2: return launch_mma_waves<M, 2>(a, pdl, s);
-    case 4: return launch_mma_waves<M, 4>(a, pdl, s);
-    case 8: return launch_mma_waves<M, 8>(a, pdl, s);
-    default: break;
-    }
-    constexpr uint32_t T = M::Block::TYPE;
-    switch (ncols) { // the others, as tile_vectors says
-    case 3:
-        if constexpr (tile_vectors(T, 3) == 4) return launch_mma_waves<M, 4, true>(a, pdl, s);
-        else return launch_mma_waves<M, 3>(a, pdl, s);
-    case 5:
-        if constexpr (tile_vectors(T, 5) == 8) return launch_mma_waves<M, 8, true>(a, pdl, s);
-        else return launch_mma_waves<M, 5>(a, pdl, s);
-    case 6:
-        if constexpr (tile_vectors(T, 6) == 8) return launch_mma_waves<M, 8, true>(a, pdl, s);
-        else return launch_mma_waves<M, 6>(a, pdl, s);
-    case 7:
-        if constexpr (tile_vectors(T, 7) == 8) return launch_mma_waves<M, 8, true>(a, pdl, s);
-        else return launch_mma_waves<M, 7>(a, pdl, s);
+    case 2: return launch_mma_cols<M, 2>(a, pdl, s);
+    case 3: return launch_mma_cols<M, 3>(a, pdl, s);
+    case 4: return launch_mma_cols<M, 4>(a, pdl, s);
+    case 5: return launch_mma_cols<M, 5>(a, pdl, s);
+    case 6: return launch_mma_cols<M, 6>(a, pdl, s);
+    case 7: return launch_mma_cols<M, 7>(a, pdl, s);
+    case 8: return launch_mma_cols<M, 8>(a, pdl, s);
     default: return cudaErrorNotSupported;
     }
 }

@@ -1334,9 +1334,7 @@ cudaError_t launch_tile_kernel(const GemvArgs &a, const GemvKArgs &ka, size_t dy
     static std::atomic<bool> set[2][64]; // per kernel and device: the dynamic shared memory allowance is set
     const cudaError_t e = allow_mma_smem(k, allow, set[tma ? 1 : 0]);
     if (e != cudaSuccess) return e;
-    GemvKArgs kp = ka;
-    if constexpr (PAD) kp.n_used = static_cast<uint32_t>(a.xq_n / a.x.cols); // the columns written
-    return launch_pdl(k, dim3((a.rows + G::ROWS - 1) / G::ROWS), dim3(32 * W), dyn, pdl, stream, kp, wmap);
+    return launch_pdl(k, dim3((a.rows + G::ROWS - 1) / G::ROWS), dim3(32 * W), dyn, pdl, stream, ka, wmap);
 }
 
 // A 16-warp ring (mma_wide) padded to half of the SM's shared memory, so that two blocks never share an SM.
@@ -1366,7 +1364,9 @@ cudaError_t launch_mma(const GemvArgs &a, bool pdl, cudaStream_t stream) {
                    pdl, stream, a.xf, static_cast<uint32_t>(NC), static_cast<uint32_t>(ncols), a.x.cols,
                    reinterpret_cast<uint8_t *>(const_cast<int8_t *>(a.x.q)));
     if (e != cudaSuccess) return e;
-    return launch_tile_kernel<M, NC, W, S, false, false, false, 1, false, PAD>(a, a, dyn, dyn, pdl, stream);
+    GemvKArgs ka = a;
+    if constexpr (PAD) ka.n_used = static_cast<uint32_t>(ncols); // the columns written (gemv_mma_kernel)
+    return launch_tile_kernel<M, NC, W, S, false, false, false, 1, false, PAD>(a, ka, dyn, dyn, pdl, stream);
 }
 
 // Whether the one-column tile kernel (with early refills) requests only its first stage's weights before the

@@ -44,9 +44,10 @@ struct GemvPrepared {
 inline size_t gemv_scratch_bytes(const kpr_op_desc *op, bool float_x) {
     const size_t nvec = op_vectors(op);
     if (float_x) return nvec * op->cols * sizeof(float) + 256; // only used when x is not 16-byte aligned
-    // the planes, or the tile kernel's layout with block sums (kpr_cuda_mma.cuh) of the vectors it computes
-    // (tile_vectors: at most nvec rounded up to 4 or 8), whichever is larger
-    const size_t tiles = nvec == 3 ? 4 : nvec >= 5 && nvec <= 7 ? 8 : nvec;
+    // the planes, or the tile kernel's layout with block sums (kpr_cuda_mma.cuh) of the most vectors it computes
+    // for a call of up to nvec columns (tile_vectors), whichever is larger
+    size_t tiles = nvec;
+    for (uint32_t n = 1; n <= nvec && n <= 8; ++n) tiles = std::max<size_t>(tiles, tile_vectors(op->weight_type, n));
     return std::max(act_q8_bytes(nvec, op->cols), act_tiles_bytes(tiles, op->cols, true));
 }
 

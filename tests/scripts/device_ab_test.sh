@@ -107,6 +107,16 @@ out=$(KPR_FAKE_NO_CASES=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-b
 expect "--sanitize-all: no generic_cuda case listed fails the run" $rc 1 "$out" 'gave no generic_cuda case'
 out=$(KPR_FAKE_SAN_ERRORS=1 bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --sanitize-all base 2>&1); rc=$?
 expect "--sanitize-all: sanitizer errors fail the run" $rc 1 "$out" "racecheck generic_cuda 'bf16 ': sanitizer errors"
+rm -f "$W/san.log"
+out=$(KPR_FAKE_SAN_LOG="$W/san.log" bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --tools racecheck --sanitize-all base 2>&1); rc=$?
+expect "--tools racecheck --sanitize-all passes" $rc 0 "$out" 'nothing failed'
+expect "--tools racecheck: the 6 processes of one tool, racecheck" 0 0 "$(grep -c -- '--tool racecheck ' "$W/san.log")/$(wc -l < "$W/san.log")" '^6/6$'
+rm -f "$W/san.log"
+out=$(KPR_FAKE_SAN_LOG="$W/san.log" bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --tools synccheck,memcheck --sanitize q4_k base 2>&1); rc=$?
+expect "--tools synccheck,memcheck --sanitize passes" $rc 0 "$out" 'nothing failed'
+expect "--tools: the tools named, in their order" 0 0 "$(grep -o -- '--tool [a-z]*' "$W/san.log" | tr '\n' '|')" '^--tool synccheck\|--tool memcheck\|$'
+out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" --no-bench --tools memcheck,helgrind --sanitize q4_k base 2>&1); rc=$?
+expect "--tools: an unknown tool is a bad argument" $rc 2 "$out" "'helgrind' is not memcheck, racecheck or synccheck"
 
 out=$(bash "$AB" --pack "$W/pack.tar.xz" --dir "$W/u" base nosuch 2>&1); rc=$?
 expect "a name the pack lacks" $rc 1 "$out" "has no folder 'nosuch'"

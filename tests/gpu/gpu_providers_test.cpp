@@ -295,7 +295,8 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 4096, 14336, 1, "auto")); // one column, one wave: quantizing in the kernel
     EXPECT_TRUE(tile(KPR_TYPE_Q8_0, 8192, 28672, 1, "auto")); // several waves, long rows
     EXPECT_FALSE(tile(KPR_TYPE_Q8_0, 14336, 4096, 1, "auto")); // several waves, short rows: the row kernel
-    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 14336, 1, "auto")); // IQ4_NL: the row kernel on rows of 4097..16383 columns, more tiles than SMs
+    EXPECT_FALSE(tile(KPR_TYPE_IQ4_NL, 4096, 8192, 1, "auto")); // IQ4_NL: the row kernel on rows of 4097..11007 columns, more tiles than SMs
+    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "auto"));    // and two tiles per block on 11008+ in one wave (forty-fifth session)
     EXPECT_TRUE(tile(KPR_TYPE_Q4_K, 4096, 14336, 1, "auto"));    // Q4_K: two tiles per block in one wave
     EXPECT_TRUE(tile(KPR_TYPE_Q4_0, 4096, 14336, 1, "auto"));  // Q4_0 in one wave: 16 warps per tile
     EXPECT_TRUE(two(KPR_TYPE_Q4_0, 4096, 14336, "auto"));      // 128 blocks of 32 rows: two tiles per block

@@ -77,16 +77,18 @@ __device__ __forceinline__ int sum_words(const int *x) {
 }
 
 // IQ4_NL / IQ4_XS's values as prmt tables, split by the index's top bit: those of indices 0..7 (signed), their
-// negations and those of 8..15 (all positive: TQ4Like's one- and two-column lookups), and those of 8..15 plus one
-// (the tile kernels' signed lookups, kpr_cuda_mma.cuh iq4_product<true>).
+// negations and those of 8..15 (all positive: TQ4Like's one- and two-column lookups), and those of 15..8, as they are
+// and plus one (the tile kernels' lookups of index 15 - n, kpr_cuda_mma.cuh iq4_xs_product and iq4_nl_product).
 constexpr uint32_t kIq4Lo0 = 0xBFAD9881u;    // -127 -104 -83 -65 (kvalues[0..3], bytes 0..3, little-endian)
 constexpr uint32_t kIq4Lo1 = 0xF6EADDCFu;    // -49 -35 -22 -10
 constexpr uint32_t kIq4NegLo0 = 0x4153687Fu; // 127 104 83 65 (= -kvalues[0..3])
 constexpr uint32_t kIq4NegLo1 = 0x0A162331u; // 49 35 22 10
 constexpr uint32_t kIq4Hi0 = 0x26190D01u;    // 1 13 25 38
 constexpr uint32_t kIq4Hi1 = 0x71594535u;    // 53 69 89 113
-constexpr uint32_t kIq4HiP1_0 = 0x271A0E02u; // 2 14 26 39 (kvalues[8..11] + 1)
-constexpr uint32_t kIq4HiP1_1 = 0x725A4636u; // 54 70 90 114
+constexpr uint32_t kIq4HiRev0 = 0x35455971u;    // 113 89 69 53 (kvalues[15 - j], j = 0..3)
+constexpr uint32_t kIq4HiRev1 = 0x010D1926u;    // 38 25 13 1 (j = 4..7)
+constexpr uint32_t kIq4HiRevP1_0 = 0x36465A72u; // 114 90 70 54 (kvalues[15 - j] + 1, j = 0..3)
+constexpr uint32_t kIq4HiRevP1_1 = 0x020E1A27u; // 39 26 14 2 (j = 4..7)
 
 // IQ4_NL / IQ4_XS: four nibbles (one per byte, values 0..15) -> four kvalues bytes, with byte permutes. The
 // tables' register words lo0 (kIq4Lo0) and hi0 (kIq4Hi0) come from the caller (Iq4Words).
@@ -134,7 +136,7 @@ struct TQ8_0 {
 // (an IMAD per prmt: the one-column IQ4_NL row kernel's chunk loop 826 -> 703 instructions without the copies;
 // docs/cuda-tuning-log.md, fortieth session). The load goes through PTX (ldg_opaque_u32), so that neither compiler
 // folds it back into the constant it was initialised with; where a kernel uses none of them, they are dead code.
-static __device__ const uint32_t g_iq4_words[4] = {kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiP1_0};
+static __device__ const uint32_t g_iq4_words[7] = {kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiRevP1_0, kIq4HiRev0, 0xFFFFFFFFu, 0x10000u};
 __device__ __forceinline__ uint32_t ldg_opaque_u32(const uint32_t *p) {
     uint32_t v;
     asm("ld.global.nc.b32 %0, [%1];" : "=r"(v) : "l"(p));
@@ -144,13 +146,22 @@ struct Iq4Words {
     uint32_t hi0;     // kIq4Hi0
     uint32_t neg_lo0; // kIq4NegLo0
     uint32_t lo0;     // kIq4Lo0
-    uint32_t hip1_0;  // kIq4HiP1_0
-    // the words as constants: for kernels whose registers are too few to keep four more live (ptxas then
+    uint32_t hirev_p1_0; // kIq4HiRevP1_0
+    uint32_t hirev0;     // kIq4HiRev0
+    // 0xFFFFFFFF and 0x10000, always loaded: the multipliers of the tile kernels' complements 0xFFFF - s and high
+    // halves s >> 16 (iq4_nl_product, iq4_xs_product), which ptxas keeps as IMADs (the FMA pipe) only while it
+    // cannot see what they multiply by
+    uint32_t ones, sh16;
+    // the table words as constants: for kernels whose registers are too few to keep four more live (ptxas then
     // copies the constants as before)
-    __device__ __forceinline__ static constexpr Iq4Words constants() { return Iq4Words{kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiP1_0}; }
+    __device__ __forceinline__ static Iq4Words constants() {
+        return Iq4Words{kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiRevP1_0, kIq4HiRev0, ldg_opaque_u32(&g_iq4_words[5]),
+                        ldg_opaque_u32(&g_iq4_words[6])};
+    }
     __device__ __forceinline__ static Iq4Words load() {
         return Iq4Words{ldg_opaque_u32(&g_iq4_words[0]), ldg_opaque_u32(&g_iq4_words[1]), ldg_opaque_u32(&g_iq4_words[2]),
-                        ldg_opaque_u32(&g_iq4_words[3])};
+                        ldg_opaque_u32(&g_iq4_words[3]), ldg_opaque_u32(&g_iq4_words[4]), ldg_opaque_u32(&g_iq4_words[5]),
+                        ldg_opaque_u32(&g_iq4_words[6])};
     }
 };
 

@@ -190,56 +190,70 @@ struct MmaQ8_0 {
 // Q4_0 (value (n - 8) d): (n - 8) as a 4-bit two's complement is n ^ 8, and shifted to a byte's top half
 // it is the int8 16 (n - 8): one logic op for the high nibbles, one more shift for the low ones. The
 // integer sum comes out 16 times too large, exactly; fold scales by 1/16 (exact).
-// IQ4_NL (value kvalues[n] d): two signed byte-permute lookups per word, lo (the raw selector) and hi
-// (the selector ^ 0x8888), into two mmas. lo gives kvalues[n] for indices 0..7, all negative, and for
-// 8..15 the sign of a negative table byte, -1; hi gives kvalues[n] + 1 for 8..15, all positive, and for
-// 0..7 the sign of a positive table byte, 0. So lo + hi = kvalues[n] in every byte, and lo . x + hi . x is
-// the exact integer sum. A lookup takes its four indices from a 16-bit selector (the nibbles of bytes 4t
-// and 4t + 1, or of 4t + 2 and 4t + 3), so the activations come permuted to that order (tile_perm_pos)
-// instead of the weights being regrouped.
-// The IQ4 lookups of one unit (see MmaQ4Like): w0, w8 the rows' words qs[4t..4t+3] of the unit, the
-// activations permuted (tile_perm_pos); the exact integer sums of the unit. CHAIN (IQ4_NL): as above, the
-// second mma adding onto the first's sums (its C) instead of the two sums being combined after: fewer
-// registers live, one mma waiting for the other. Else (IQ4_XS) the decode before the chain: unsigned
-// lookups of the values of indices 8..15 and of the negated values of 0..7, subtracted. Measured on the
-// H200 (runs 1 and 2 of h200-session26-runs.txt, against that decode, us per call): IQ4_NL 4096 x 14336 at 2
-// and 3 columns 14.6 -> 13.15 and 14.9 -> 13.4, at 4 13.8 -> 13.35, at 8 equal; 2048 x 8192, 14336 x 4096 and
-// 8192 x 28672 at 2..8 columns 0.99-1.04x; one column unchanged where the row kernel serves it. Its 32-row
-// one-column kernel has 102 registers and no spills instead of 128 and 40 bytes spilled, its 8-warp one 71
-// instead of 86 (`cuobjdump -res-usage`), which made the one-column rules below worth refitting. IQ4_XS's
-// one-column kernel (no early refills) was 0.96-0.97x with the chain on five of eight shapes, and 0.98-1.00x
-// at 2..8 columns with the signed lookups added after, so IQ4_XS keeps its decode.
-// (The tables: kIq4Lo0/1, kIq4HiP1_0/1, kIq4Hi0/1 and kIq4NegLo0/1 in kpr_cuda_blocks.cuh; their register
-// words come in iw.)
-// A lane's four lookups through the table pair (t0, t1): row g (w0) and row g + 8 (w8), the low then the high half
-// of each word's nibbles (prmt's selector reads the low 16 bits)
-__device__ __forceinline__ void iq4_lookups(uint32_t t0, uint32_t t1, uint32_t w0, uint32_t w8, uint32_t (&out)[4]) {
-    out[0] = prmt(t0, t1, w0);
-    out[1] = prmt(t0, t1, w8);
-    out[2] = prmt(t0, t1, w0 >> 16);
-    out[3] = prmt(t0, t1, w8 >> 16);
-}
-
-template <bool CHAIN>
-__device__ __forceinline__ void iq4_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4],
-                                            const Iq4Words &iw) {
-    const uint32_t x0 = w0 ^ 0x88888888u, x8 = w8 ^ 0x88888888u;
-    if constexpr (CHAIN) {
-        uint32_t lo[4], hi[4];
-        iq4_lookups(iw.lo0, kIq4Lo1, w0, w8, lo);
-        iq4_lookups(iw.hip1_0, kIq4HiP1_1, x0, x8, hi);
-        mma_s8_16x8x32(lo, b, sum);
-        mma_s8_16x8x32_acc(hi, b, sum);
-    } else { // v: the values of indices 8..15, u: the negated values of 0..7, both unsigned (kpr_cuda_blocks.cuh)
-        uint32_t v[4], u[4];
-        iq4_lookups(iw.hi0, kIq4Hi1, x0, x8, v);
-        iq4_lookups(iw.neg_lo0, kIq4NegLo1, w0, w8, u);
-        int sv[4], su[4];
-        mma_u8s8_16x8x32(v, b, sv);
-        mma_u8s8_16x8x32(u, b, su);
+// IQ4_NL (value kvalues[n] d): two signed byte-permute lookups per 16-bit selector, lo (the raw nibbles n) and
+// hi (the nibbles 15 - n), into two mmas, the second adding onto the first's sums (its C). lo (table kvalues[0..7])
+// gives kvalues[n] for indices 0..7, all negative, and for 8..15 the sign of a negative table byte, -1; hi (table
+// kvalues[15 - j] + 1, j = 0..7) gives kvalues[n] + 1 for 8..15, all positive, and for 0..7 the sign of a positive
+// table byte, 0. So lo + hi = kvalues[n] in every byte, and lo . x + hi . x is the exact integer sum. A lookup
+// takes its four indices from a 16-bit selector (the nibbles of bytes 4t and 4t + 1, or of 4t + 2 and 4t + 3), so
+// the activations come permuted to that order (tile_perm_pos) instead of the weights being regrouped. The chain
+// (twenty-sixth session, against two unsigned mmas subtracted after, as IQ4_XS's below; runs 1 and 2 of
+// h200-session26-runs.txt, us per call on the H200): 4096 x 14336 at 2 and 3 columns 14.6 -> 13.15 and 14.9 -> 13.4,
+// at 4 13.8 -> 13.35; its 32-row one-column kernel 102 registers and no spills instead of 128 and 40 bytes spilled.
+// Why in this form: the one-column tile kernel is bound by its ALU-pipe instructions (LOP3, SHF, PRMT, IADD3,
+// SEL: on 9.0 the ALU pipe takes a warp instruction every second cycle per SM sub-partition, as the FMA-heavy pipe
+// does IMAD, while FFMA has two pipes). Each half word's selector is its own shared load (LDS.U16 / LDS.32: no SHF
+// for the high half, no byte permute for the blocks 2 bytes off alignment), and 15 - n is one IMAD, 0xFFFF - s (a
+// nibble's complement borrows nothing), where s ^ 0x8888 was a LOP3 into a table of kvalues[8..15] + 1. The sm_90
+// chunk loop of the one-column two-tile kernel: 859 -> 834 instructions, its ALU-pipe ones about 316 -> 205, 16
+// more LDS. Measured on an H100 (docs/cuda-tuning-log.md "IQ4_NL's tile kernel off the ALU pipe").
+// (The tables: kIq4Lo0/1, kIq4HiRevP1_0/1, kIq4Hi0/1 and kIq4NegLo0/1 in kpr_cuda_blocks.cuh; their register
+// words, and the IMAD's opaque multiplier -1, come in iw.)
+// IQ4_NL's lookups of one unit (MmaQ4Like): s = {row g's low selector, row g + 8's, row g's high, row g + 8's}.
+__device__ __forceinline__ void iq4_nl_product(const uint32_t (&s)[4], const uint32_t (&b)[2], int (&sum)[4],
+                                               const Iq4Words &iw) {
+    uint32_t lo[4], hi[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
+    for (int i = 0; i < 4; ++i) {
+        uint32_t c; // 0xFFFF - s[i] (iw.ones is 0xFFFFFFFF, which ptxas cannot see: it stays an IMAD)
+        asm("mad.lo.u32 %0, %1, %2, 65535;" : "=r"(c) : "r"(s[i]), "r"(iw.ones));
+        lo[i] = prmt(iw.lo0, kIq4Lo1, s[i]);
+        hi[i] = prmt(iw.hirev_p1_0, kIq4HiRevP1_1, c);
     }
+    mma_s8_16x8x32(lo, b, sum);
+    mma_s8_16x8x32_acc(hi, b, sum);
+}
+// IQ4_XS's lookups of one unit: w0, w8 the rows' words qs[4t..4t+3] of the unit, the activations permuted
+// (tile_perm_pos); the exact integer sums of the unit. Unsigned lookups of the values of indices 8..15 (selector
+// 15 - n into kvalues[15..8]; 0..7 give the sign of a positive byte, 0) and of the negated values of 0..7 (the raw
+// selector; 8..15 give 0), in two mmas, subtracted. The selectors off the ALU pipe as IQ4_NL's: the high halves by
+// IMAD.HI (s * 0x10000 >> 32), the complements by IMAD, both multipliers opaque (iw). (IQ4_NL's chained signed form,
+// measured in the twenty-sixth session on the H200: IQ4_XS's one-column kernel 0.96-0.97x on five of eight shapes,
+// 0.98-1.00x at 2..8 columns with the signed lookups added after.)
+__device__ __forceinline__ void iq4_xs_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4],
+                                               const Iq4Words &iw) {
+    auto high = [&](uint32_t w) {
+        uint32_t h;
+        asm("mul.hi.u32 %0, %1, %2;" : "=r"(h) : "r"(w), "r"(iw.sh16));
+        return h;
+    };
+    auto cpl = [&](uint32_t w) {
+        uint32_t c;
+        asm("mad.lo.u32 %0, %1, %2, 65535;" : "=r"(c) : "r"(w), "r"(iw.ones));
+        return c;
+    };
+    // row g (w0) and row g + 8 (w8), the low then the high half of each word's nibbles (prmt's selector reads the
+    // low 16 bits); v: the values of indices 8..15, u: the negated values of 0..7, both unsigned
+    const uint32_t h0 = high(w0), h8 = high(w8);
+    const uint32_t v[4] = {prmt(iw.hirev0, kIq4HiRev1, cpl(w0)), prmt(iw.hirev0, kIq4HiRev1, cpl(w8)),
+                           prmt(iw.hirev0, kIq4HiRev1, cpl(h0)), prmt(iw.hirev0, kIq4HiRev1, cpl(h8))};
+    const uint32_t u[4] = {prmt(iw.neg_lo0, kIq4NegLo1, w0), prmt(iw.neg_lo0, kIq4NegLo1, w8),
+                           prmt(iw.neg_lo0, kIq4NegLo1, h0), prmt(iw.neg_lo0, kIq4NegLo1, h8)};
+    int sv[4], su[4];
+    mma_u8s8_16x8x32(v, b, sv);
+    mma_u8s8_16x8x32(u, b, su);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum[i] = sv[i] - su[i];
 }
 
 template <class T>
@@ -251,7 +265,8 @@ struct MmaQ4Like {
     static constexpr uint32_t ODD_SHIFT = 0;
     static constexpr bool LDMATRIX = false;
     struct Row {
-        uint32_t w;
+        uint32_t w;  // Q4_0: the word qs[4t..4t+3]; IQ4_NL: its low 16 bits are that word's (the higher bits: any)
+        uint32_t wh; // IQ4_NL: the word's high 16 bits in the low 16 (iq4_nl_product's selectors)
         float d;
     };
     template <uint32_t B, bool D = true>
@@ -259,8 +274,15 @@ struct MmaQ4Like {
         const uint32_t base = row + B * 18u;
         Row r;
         r.d = D ? f16_to_float(static_cast<uint16_t>(lds_u16(base))) : 0.0f;
-        if constexpr (B % 2 == 1) r.w = lds_u32(base + 2u + 4u * t);
-        else r.w = prmt(lds_u32(base + 4u * t), lds_u32(base + 4u * t + 4u), 0x5432u);
+        r.wh = 0;
+        if constexpr (NL) { // the halves as they are in shared memory: odd blocks' qs 4-byte aligned, even ones' 2 off
+            r.w = B % 2 == 1 ? lds_u32(base + 2u + 4u * t) : lds_u16(base + 2u + 4u * t);
+            r.wh = B % 2 == 1 ? lds_u16(base + 4u + 4u * t) : lds_u32(base + 4u + 4u * t);
+        } else if constexpr (B % 2 == 1) {
+            r.w = lds_u32(base + 2u + 4u * t);
+        } else {
+            r.w = prmt(lds_u32(base + 4u * t), lds_u32(base + 4u * t + 4u), 0x5432u);
+        }
         return r;
     }
     // the product of the two rows' A fragments (unit U of the rows' loaded blocks) with b, and their scales
@@ -269,7 +291,7 @@ struct MmaQ4Like {
                                                    float &dw0, float &mw0, float &dw1, float &mw1,
                                                    [[maybe_unused]] const Iq4Words &iw) {
         if constexpr (NL) {
-            iq4_product<true>(r0.w, r8.w, b, sum, iw);
+            iq4_nl_product({r0.w, r8.w, r0.wh, r8.wh}, b, sum, iw);
         } else {
             // three instructions per word (and_xor: ptxas splits the plain expression into four)
             const uint32_t a[4] = {and_xor(r0.w << 4, 0xF0F0F0F0u, 0x80808080u), and_xor(r8.w << 4, 0xF0F0F0F0u, 0x80808080u),
@@ -324,7 +346,7 @@ struct MmaIQ4_XS {
     __device__ __forceinline__ static void product(const Row &r0, const Row &r8, const uint32_t (&b)[2], int (&sum)[4],
                                                    float &dw0, float &mw0, float &dw1, float &mw1,
                                                    [[maybe_unused]] const Iq4Words &iw) {
-        iq4_product<false>(r0.q[U], r8.q[U], b, sum, iw);
+        iq4_xs_product(r0.q[U], r8.q[U], b, sum, iw);
         dw0 = unit_scale(r0.d, r0.sl, r0.sh, U);
         dw1 = unit_scale(r8.d, r8.sl, r8.sh, U);
         mw0 = mw1 = 0.0f;
@@ -1183,7 +1205,11 @@ inline bool mma_two_tiles_eight_warps(uint32_t type, const GemvArgs &a) {
 // alternating): 3584 x 18944 19.0 -> 13.9, 8192 x 28672 50.7 -> 41.1, 7168 x 18432 31.0 -> 27.9 (not among the
 // fitted shapes), 4096 x 4096 5.4 -> 4.8, 3584 x 3584 4.5 -> 4.3, 8192 x 3072 8.3 -> 8.0 (8 warps per tile
 // measured 7.5 there). On rows of 2048 columns (8 chunks: half the warps idle) 8 warps per tile are faster
-// (8192 x 2048: 5.95 against 6.45).
+// (8192 x 2048: 5.95 against 6.45). Since iq4_nl_product's ALU-pipe cut (forty-fifth session) also on rows of
+// 11008-16383 columns: on an H100 (runs 3-4 of h100-session45-runs.txt, --ab tile_kernel=auto,wide32, us per call)
+// 4096 x 14336 14.0 -> 13.1 (0.76 -> 0.81 of the read bandwidth), 4096 x 11008 11.3 -> 10.9; the other shapes of
+// those runs keep what they took (5120 x 13824, two waves: 17.7 against 21.2; 2048 x 14336, 64 blocks: 9.3 against
+// 9.9). Not yet measured on the H200.
 // Q4_K (with deferred folds) where the 32-row blocks fill one wave to at least three quarters: run 2 of
 // h200-session22-runs.txt, the previous default (the row kernel; the lanes kernel on 8192 x 28672, 14336 x
 // 4096 and 5120 x 13824) -> two tiles, twice, us per call: 4096 x 14336 11.7 -> 10.74 (0.63 -> 0.68),
@@ -1210,7 +1236,7 @@ inline bool mma_two_tiles(uint32_t type, const GemvArgs &a, uint32_t ncols) {
                (2 * blocks <= a.sms && 12 * blocks >= 5 * a.sms && a.x.cols <= 8192);
     case KPR_TYPE_Q4_K: return waves == 1 && 4 * blocks >= 3 * a.sms;
     case KPR_TYPE_IQ4_NL:
-        return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && ((a.x.cols >= 3072 && a.x.cols <= 4096) || a.x.cols >= 16384);
+        return waves <= 2 && 4 * blocks >= 3 * waves * a.sms && ((a.x.cols >= 3072 && a.x.cols <= 4096) || a.x.cols >= 11008);
     default: return false;
     }
 }

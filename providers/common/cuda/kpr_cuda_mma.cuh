@@ -227,9 +227,9 @@ __device__ __forceinline__ void iq4_nl_product(const uint32_t (&s)[4], const uin
 // (tile_perm_pos); the exact integer sums of the unit. Unsigned lookups of the values of indices 8..15 (selector
 // 15 - n into kvalues[15..8]; 0..7 give the sign of a positive byte, 0) and of the negated values of 0..7 (the raw
 // selector; 8..15 give 0), in two mmas, subtracted. The selectors off the ALU pipe as IQ4_NL's: the high halves by
-// IMAD.HI (s * 0x10000 >> 32), the complements by IMAD, both multipliers opaque (iw). (IQ4_NL's chained signed form,
-// measured in the twenty-sixth session on the H200: IQ4_XS's one-column kernel 0.96-0.97x on five of eight shapes,
-// 0.98-1.00x at 2..8 columns with the signed lookups added after.)
+// IMAD.HI (s * 0x10000 >> 32), the complements by IMAD, both multipliers opaque (iw). (IQ4_NL's chained signed form
+// was measured for IQ4_XS in the twenty-sixth session on the H200: its one-column kernel 0.96-0.97x on five of eight
+// shapes, 0.98-1.00x at 2..8 columns with the signed lookups added after; so IQ4_XS keeps this form.)
 __device__ __forceinline__ void iq4_xs_product(uint32_t w0, uint32_t w8, const uint32_t (&b)[2], int (&sum)[4],
                                                const Iq4Words &iw) {
     auto high = [&](uint32_t w) {

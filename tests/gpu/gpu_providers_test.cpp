@@ -329,8 +329,8 @@ TEST(CudaNegotiation, GenericCudaTileKernelOption) {
     EXPECT_FALSE(two(KPR_TYPE_Q4_K, 2048, 4096, "auto"));      // Q4_0 only
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 5120, 13824, "auto"));     // 160: a short second wave
     EXPECT_FALSE(two(KPR_TYPE_Q4_0, 14336, 4096, "auto"));     // several waves
-    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 4096, 14336, "auto"));   // (rows of 4097..16383 columns)
-    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 3584, 18944, "auto"));    // 112 blocks, rows of 16384+ columns
+    EXPECT_FALSE(two(KPR_TYPE_IQ4_NL, 4096, 8192, "auto"));    // (rows of 4097..11007 columns)
+    EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 3584, 18944, "auto"));    // 112 blocks, rows of 11008+ columns
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 8192, 28672, "auto"));    // 256: two full waves
     EXPECT_TRUE(two(KPR_TYPE_IQ4_NL, 4096, 4096, "auto"));     // 128, rows of 3072..4096 columns
     EXPECT_TRUE(two8(KPR_TYPE_IQ4_NL, 8192, 2048, "auto"));    // rows of 8 chunks: two tiles per block of 8 warps

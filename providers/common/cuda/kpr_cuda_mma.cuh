@@ -209,16 +209,21 @@ struct MmaQ8_0 {
 // more LDS. Measured on an H100 (docs/cuda-tuning-log.md "IQ4_NL's tile kernel off the ALU pipe").
 // (The tables: kIq4Lo0/1, kIq4HiRevP1_0/1, kIq4Hi0/1 and kIq4NegLo0/1 in kpr_cuda_blocks.cuh; their register
 // words, and the IMAD's opaque multiplier -1, come in iw.)
+// 0xFFFF - s in an IMAD (the FMA pipe): each nibble n of s's low 16 bits -> 15 - n. ones is 0xFFFFFFFF loaded from
+// memory (Iq4Words::ones): with a literal -1, ptxas emits an IADD3 or LOP3 (the ALU pipe).
+__device__ __forceinline__ uint32_t nibble_complement(uint32_t s, uint32_t ones) {
+    uint32_t c;
+    asm("mad.lo.u32 %0, %1, %2, 65535;" : "=r"(c) : "r"(s), "r"(ones));
+    return c;
+}
 // IQ4_NL's lookups of one unit (MmaQ4Like): s = {row g's low selector, row g + 8's, row g's high, row g + 8's}.
 __device__ __forceinline__ void iq4_nl_product(const uint32_t (&s)[4], const uint32_t (&b)[2], int (&sum)[4],
                                                const Iq4Words &iw) {
     uint32_t lo[4], hi[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        uint32_t c; // 0xFFFF - s[i] (iw.ones is 0xFFFFFFFF, which ptxas cannot see: it stays an IMAD)
-        asm("mad.lo.u32 %0, %1, %2, 65535;" : "=r"(c) : "r"(s[i]), "r"(iw.ones));
         lo[i] = prmt(iw.lo0, kIq4Lo1, s[i]);
-        hi[i] = prmt(iw.hirev_p1_0, kIq4HiRevP1_1, c);
+        hi[i] = prmt(iw.hirev_p1_0, kIq4HiRevP1_1, nibble_complement(s[i], iw.ones));
     }
     mma_s8_16x8x32(lo, b, sum);
     mma_s8_16x8x32_acc(hi, b, sum);
@@ -237,11 +242,7 @@ __device__ __forceinline__ void iq4_xs_product(uint32_t w0, uint32_t w8, const u
         asm("mul.hi.u32 %0, %1, %2;" : "=r"(h) : "r"(w), "r"(iw.sh16));
         return h;
     };
-    auto cpl = [&](uint32_t w) {
-        uint32_t c;
-        asm("mad.lo.u32 %0, %1, %2, 65535;" : "=r"(c) : "r"(w), "r"(iw.ones));
-        return c;
-    };
+    auto cpl = [&](uint32_t w) { return nibble_complement(w, iw.ones); };
     // row g (w0) and row g + 8 (w8), the low then the high half of each word's nibbles (prmt's selector reads the
     // low 16 bits); v: the values of indices 8..15, u: the negated values of 0..7, both unsigned
     const uint32_t h0 = high(w0), h8 = high(w8);

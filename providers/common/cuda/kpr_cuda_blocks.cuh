@@ -152,7 +152,7 @@ struct Iq4Words {
     // halves s >> 16 (iq4_nl_product, iq4_xs_product), which ptxas keeps as IMADs (the FMA pipe) only while it
     // cannot see what they multiply by
     uint32_t ones, sh16;
-    // the table words as constants: for kernels whose registers are too few to keep four more live (ptxas then
+    // the table words as constants: for kernels whose registers are too few to keep five more live (ptxas then
     // copies the constants as before)
     __device__ __forceinline__ static Iq4Words constants() {
         return Iq4Words{kIq4Hi0, kIq4NegLo0, kIq4Lo0, kIq4HiRevP1_0, kIq4HiRev0, ldg_opaque_u32(&g_iq4_words[5]),

@@ -2,7 +2,8 @@
 # scripts/variant-build against a CUDA build (CI's test build): a variant of k_q8_0.cu with no patch compiles to the
 # build's own machine code and links a library exporting the same symbols; one with a patch that changes Q8_0's dot
 # product (1 added) does not; a patch and a definition reach the compile (an #error under the definition fails it,
-# exit 1); an unknown source and a patch that does not apply are usage errors (exit 2). Needs nvcc and cuobjdump
+# exit 1); an unknown source, a patch that does not apply, a reserved NAME, a malformed definition, a missing build
+# folder and sources of two libraries are usage errors (exit 2). Needs nvcc and cuobjdump
 # ($CUOBJDUMP or on PATH); run by scripts/test after the sass-diff check. Usage: variant_build_test.sh REPO_ROOT BUILD
 set -uo pipefail
 root="$1" build="$2"
@@ -58,4 +59,12 @@ variant bad bad providers/generic_cuda/no_such_file.cu; rc=$?
 printf -- '--- a/providers/none.h\n+++ b/providers/none.h\n@@ -1 +1 @@\n-x\n+y\n' > "$tmp/none.patch"
 variant nopatch --patch "$tmp/none.patch" nopatch "$src"; rc=$?
 [ $rc -eq 2 ] && grep -q "does not apply" "$tmp/nopatch.log" || fail "a patch that does not apply: exit $rc"
+variant badname base "$src"; rc=$?
+[ $rc -eq 2 ] && grep -q "not base or bin" "$tmp/badname.log" || fail "NAME base: exit $rc"
+variant baddef baddef "$src:1X"; rc=$?
+[ $rc -eq 2 ] && grep -q "is not NAME or NAME=VALUE" "$tmp/baddef.log" || fail "a malformed definition: exit $rc"
+"$root/scripts/variant-build" --build "$tmp/no-such-build" --out "$tmp/nobuild" nobuild "$src" > "$tmp/nobuild.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "no build folder" "$tmp/nobuild.log" || fail "a missing build folder: exit $rc"
+variant twolibs twolibs "$src" providers/sm60_q8/provider.cu; rc=$?
+[ $rc -eq 2 ] && grep -q "sources of two libraries" "$tmp/twolibs.log" || fail "sources of two libraries: exit $rc"
 echo "variant-build: all checks passed"

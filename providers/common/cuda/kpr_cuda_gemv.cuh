@@ -141,6 +141,52 @@ struct XWhole {
     }
 };
 
+// The whole-vector int8 plane swizzled (swizzles_whole_vector's types): the 16-byte piece at byte o of the plane
+// is stored at o ^ ((o >> 3) & 0x30), that is bits 4-5 of the offset xor bits 7-8. The decoders of these types
+// give each lane one 64-byte unit of activations (lane l unit u0 + l), so plain, the 16-byte reads of a quarter
+// warp's 8 lanes fall on two groups of 4 banks (64-byte stride: 4-way conflicts, 16 wavefronts a read instead of
+// 4); swizzled, unit u's piece i lies at 16 (i ^ ((u >> 1) & 3)) within the unit, and the 8 lanes hit 8 groups.
+__host__ __device__ constexpr uint32_t whole_vector_swizzle(uint32_t o) { return o ^ ((o >> 3) & 0x30u); }
+// Checked here: a quarter warp's 8 lanes (units 8 g .. 8 g + 7) reading piece i of their units cover 8 different
+// 16-byte bank groups, and every piece stays in its own unit.
+constexpr bool whole_vector_swizzle_spreads_banks() {
+    for (uint32_t g = 0; g < 4; ++g)
+        for (uint32_t i = 0; i < 4; ++i) {
+            uint32_t seen = 0;
+            for (uint32_t u = 8 * g; u < 8 * g + 8; ++u) {
+                const uint32_t o = whole_vector_swizzle(64 * u + 16 * i);
+                if (o / 64 != u) return false;
+                seen |= 1u << (o / 16 % 8);
+            }
+            if (seen != 0xFFu) return false;
+        }
+    return true;
+}
+static_assert(whole_vector_swizzle_spreads_banks(), "the swizzle must spread a quarter warp over all 32 banks");
+struct XWholeSwizzled {
+    uint32_t q;    // shared address of the swizzled int8 plane
+    uint32_t d, s; // shared addresses of the block scales and sums (not swizzled)
+    __device__ __forceinline__ static XWholeSwizzled view(uint32_t base, uint32_t cols) {
+        return XWholeSwizzled{base, base + cols, base + cols + XWhole::fbytes(cols)};
+    }
+    // N words (N / 4 pieces) from column k0, a multiple of 4 N with N <= 16: the pieces share one 64-byte unit,
+    // so one swizzle term serves them all
+    template <int N>
+    __device__ __forceinline__ void words(int, uint32_t k0, int (&w)[N]) const {
+        static_assert(N % 4 == 0 && N <= 16, "whole 16-byte pieces of one 64-byte unit");
+        const uint32_t sw = (k0 >> 3) & 0x30u, qk = q + k0;
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            uint32_t t[4];
+            lds_words_v4<4>(qk + ((16u * i) ^ sw), t);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) w[4 * i + k] = static_cast<int>(t[k]);
+        }
+    }
+    __device__ __forceinline__ float dq(int, uint32_t k) const { return __uint_as_float(lds_u32(d + k / 32 * 4)); }
+    __device__ __forceinline__ float sq(int, uint32_t k) const { return __uint_as_float(lds_u32(s + k / 32 * 4)); }
+};
+
 // The types whose one-column GEMV stages its activations chunk by chunk, measured on the H200 (4096 x
 // 14336, staged and L1 path alternating in one lease): Q4_K 14.0 -> 12.4 us, Q5_K 15.9 -> 13.6, Q3_K
 // 17.2 -> 16.9, IQ3_S 19.9 -> 19.4. Not staged: slower for Q8_0 (19.5 -> 21.2), IQ4_NL (15.0 -> 16.9),
@@ -217,6 +263,11 @@ constexpr int whole_vector_warps(uint32_t type) {
 // 4096 x 14336 17.7 -> 14.5, 2048 x 8192 10.3 -> 7.6, 4096 x 4096 7.1 -> 6.0, 1024 x 4096 4.6 -> 4.6,
 // 14336 x 4096 (3.4 waves) 17.6 -> 18.5; IQ3_S 19.2 -> 17.2, 11.5 -> 9.5, 8.3 -> 8.0, 4.8 -> 5.1,
 // 20.5 -> 23.6.
+// The whole-vector types whose decoders read 64-byte units of activations per lane (IQ3_XXS, IQ3_S: add_two_units at
+// k0 a multiple of 64), whose plane is stored swizzled (XWholeSwizzled). Measured on an H100, one column, ten shapes,
+// against the plain plane (docs/cuda-tuning-log.md "The IQ3 whole vector swizzled"): IQ3_XXS 1.00-1.06x (4096 x
+// 14336 12.45 -> 11.80 us), IQ3_S 1.00-1.03x, never slower; ncu: the shared loads' bank conflicts 0.93 M -> 0.24 M.
+constexpr bool swizzles_whole_vector(uint32_t type) { return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S; }
 constexpr bool whole_vector_row_window(uint32_t type) {
     return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S;
 }
@@ -305,6 +356,7 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
     if constexpr ((NC <= 2 && R == 2) || XM != kXFromL1 || SD > 0) return;
 #endif
     constexpr bool XS = XM == kXStagedChunks, XB = XM == kXWholeVector;
+    constexpr bool XSW = XB && swizzles_whole_vector(T::TYPE);
     static_assert(XM == kXFromL1 || NC == 1, "activations in shared memory: one column");
     using G = RowGeom<T, R, XM, CD>;
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 800
@@ -342,7 +394,8 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
             const uint8_t *q = reinterpret_cast<const uint8_t *>(a.x.q);
             const uint8_t *d = reinterpret_cast<const uint8_t *>(a.x.d);
             const uint8_t *sm = reinterpret_cast<const uint8_t *>(a.x.s);
-            for (uint32_t v = threadIdx.x; 16u * v < cols; v += blockDim.x) cp_async16<true>(xwhole + 16u * v, q + 16u * v);
+            for (uint32_t v = threadIdx.x; 16u * v < cols; v += blockDim.x)
+                cp_async16<true>(xwhole + (XSW ? whole_vector_swizzle(16u * v) : 16u * v), q + 16u * v);
             for (uint32_t v = threadIdx.x; 16u * v < fb; v += blockDim.x) {
                 cp_async16<true>(xwhole + cols + 16u * v, d + 16u * v);
                 cp_async16<true>(xwhole + cols + fb + 16u * v, sm + 16u * v);
@@ -408,7 +461,10 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
                     const XStage xs = ChunkGeomXS<T, R>::view(smem_addr(&xsm[warp][st][0]), c * G::CB * T::QK);
                     T::template item<NC, R, Tab>(wp, part, xs, k0, tab, acc);
                 } else if constexpr (XB) {
-                    T::template item<NC, R, Tab>(wp, part, XWhole::view(smem_addr(xwhole), a.x.cols), k0, tab, acc);
+                    if constexpr (XSW)
+                        T::template item<NC, R, Tab>(wp, part, XWholeSwizzled::view(smem_addr(xwhole), a.x.cols), k0, tab, acc);
+                    else
+                        T::template item<NC, R, Tab>(wp, part, XWhole::view(smem_addr(xwhole), a.x.cols), k0, tab, acc);
                 } else {
                     T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
                 }

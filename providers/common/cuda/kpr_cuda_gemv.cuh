@@ -263,14 +263,14 @@ constexpr int whole_vector_warps(uint32_t type) {
 // 4096 x 14336 17.7 -> 14.5, 2048 x 8192 10.3 -> 7.6, 4096 x 4096 7.1 -> 6.0, 1024 x 4096 4.6 -> 4.6,
 // 14336 x 4096 (3.4 waves) 17.6 -> 18.5; IQ3_S 19.2 -> 17.2, 11.5 -> 9.5, 8.3 -> 8.0, 4.8 -> 5.1,
 // 20.5 -> 23.6.
+constexpr bool whole_vector_row_window(uint32_t type) {
+    return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S;
+}
 // The whole-vector types whose decoders read 64-byte units of activations per lane (IQ3_XXS, IQ3_S: add_two_units at
 // k0 a multiple of 64), whose plane is stored swizzled (XWholeSwizzled). Measured on an H100, one column, ten shapes,
 // against the plain plane (docs/cuda-tuning-log.md "The IQ3 whole vector swizzled"): IQ3_XXS 1.00-1.06x (4096 x
 // 14336 12.45 -> 11.80 us), IQ3_S 1.00-1.03x, never slower; ncu: the shared loads' bank conflicts 0.93 M -> 0.24 M.
 constexpr bool swizzles_whole_vector(uint32_t type) { return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S; }
-constexpr bool whole_vector_row_window(uint32_t type) {
-    return type == KPR_TYPE_IQ3_XXS || type == KPR_TYPE_IQ3_S;
-}
 // Whether a one-column call takes the whole-vector path: every kWholeVector type, the row-window types on
 // 8..32 rows per SM (32: the 16-warp kernel's rows per block, one block per SM).
 constexpr bool whole_vector_rows_ok(uint32_t type, uint32_t rows, uint32_t sms) {

@@ -163,12 +163,8 @@ constexpr bool whole_vector_swizzle_spreads_banks() {
     return true;
 }
 static_assert(whole_vector_swizzle_spreads_banks(), "the swizzle must spread a quarter warp over all 32 banks");
-struct XWholeSwizzled {
-    uint32_t q;    // shared address of the swizzled int8 plane
-    uint32_t d, s; // shared addresses of the block scales and sums (not swizzled)
-    __device__ __forceinline__ static XWholeSwizzled view(uint32_t base, uint32_t cols) {
-        return XWholeSwizzled{base, base + cols, base + cols + XWhole::fbytes(cols)};
-    }
+// The swizzled plane's view: XStage's (kbase 0: the block scales and sums are not swizzled) with its own words.
+struct XWholeSwizzled : XStage {
     // N words (N / 4 pieces) from column k0, a multiple of 4 N with N <= 16: the pieces share one 64-byte unit,
     // so one swizzle term serves them all
     template <int N>
@@ -183,8 +179,6 @@ struct XWholeSwizzled {
             for (int k = 0; k < 4; ++k) w[4 * i + k] = static_cast<int>(t[k]);
         }
     }
-    __device__ __forceinline__ float dq(int, uint32_t k) const { return __uint_as_float(lds_u32(d + k / 32 * 4)); }
-    __device__ __forceinline__ float sq(int, uint32_t k) const { return __uint_as_float(lds_u32(s + k / 32 * 4)); }
 };
 
 // The types whose one-column GEMV stages its activations chunk by chunk, measured on the H200 (4096 x
@@ -461,10 +455,8 @@ __global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv
                     const XStage xs = ChunkGeomXS<T, R>::view(smem_addr(&xsm[warp][st][0]), c * G::CB * T::QK);
                     T::template item<NC, R, Tab>(wp, part, xs, k0, tab, acc);
                 } else if constexpr (XB) {
-                    if constexpr (XSW)
-                        T::template item<NC, R, Tab>(wp, part, XWholeSwizzled::view(smem_addr(xwhole), a.x.cols), k0, tab, acc);
-                    else
-                        T::template item<NC, R, Tab>(wp, part, XWhole::view(smem_addr(xwhole), a.x.cols), k0, tab, acc);
+                    using XView = std::conditional_t<XSW, XWholeSwizzled, XStage>;
+                    T::template item<NC, R, Tab>(wp, part, XView{XWhole::view(smem_addr(xwhole), a.x.cols)}, k0, tab, acc);
                 } else {
                     T::template item<NC, R, Tab>(wp, part, x, k0, tab, acc);
                 }

@@ -4,6 +4,7 @@
 #include "kpr_cuda_host.hpp"
 #include "kpr_cuda_run.cuh"
 #include "planar.hpp"
+#include "sign_copy.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -49,7 +50,7 @@ const TypeKernel *find_kernel(uint32_t type) {
 namespace {
 
 cuda::HostLog g_log;
-cuda::WeightCopies g_planar; // planar_weights: the planar copies, shared by tensor identity
+cuda::WeightCopies g_copies; // planar_weights' and sign_copy's copies, shared by tensor identity
 
 const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_STRING, "tile_kernel", "auto",
@@ -70,6 +71,12 @@ const kpr_option_decl kOptions[] = {
      "planar_weights makes. auto: where it measured faster (Q4_K above 32 rows per SM; the planar types at "
      "one column); on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
+    {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "sign_copy", "false",
+     "IQ3_XXS on compute capability 9.0: keep a copy of the weights with every sign spelled out (102 bytes a "
+     "block against 98, counted in prepared bytes, shared by prepared ops on the same tensor) for one-column "
+     "plain GEMV calls on 8..32 rows per multiprocessor (the whole-vector kernel), whose decode then needs no sign "
+     "arithmetic; other calls read the GGUF rows",
+     0, 0, nullptr},
 };
 constexpr uint32_t kNOptions = sizeof(kOptions) / sizeof(kOptions[0]);
 
@@ -104,17 +111,30 @@ bool block_lanes_wanted(const kpr_option_set *opts, const kpr_op_desc *op, uint3
     return tile != cuda::kMmaOn && !cuda::mma_mode_wide(tile) && lanes_auto(op, sms, ncols);
 }
 
-// What the lanes kernel (planar_q4.cu) will do for op, decided once for query and prepare: its launcher,
-// whether it reads a planar copy, the column counts it takes (bit c - 1 for c columns), or why it cannot.
-struct LanesPlan {
+// The other launcher op takes at some column counts, decided once for query and prepare: the lanes kernel
+// (planar_q4.cu: planar_weights, block_lanes) or the IQ3_XXS sign copy (sign_copy.cu). Its launcher, whether it
+// reads a repacked copy (and which), the column counts it takes (bit c - 1 for c columns), or why an option's copy
+// is not made. aligned_rows: the caller's rows are 16-byte aligned (the lanes kernel needs them; query assumes so).
+struct AltPlan {
     GemvLaunchFnPtr launch = nullptr;
     bool copy = false;
     uint32_t mask = 0;
-    const char *no = nullptr; // why there is no planar copy although planar_weights asks for one
+    const char *no = nullptr; // why there is no copy although planar_weights or sign_copy asks for one
+    bool signs = false;       // the copy is sign_copy's (else planar_weights')
 };
-LanesPlan lanes_plan(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin,
-                     const kpr_option_set *opts) {
-    LanesPlan L;
+// WeightCopyKey layouts (the copies of the two options never share memory)
+constexpr uint32_t kPlanarLayout = 1, kSignsLayout = 2;
+AltPlan alt_plan(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin, const kpr_option_set *opts,
+                 bool aligned_rows) {
+    AltPlan L;
+    if (op->weight_type == KPR_TYPE_IQ3_XXS) {
+        if (!cuda::option_bool(opts, "sign_copy", false)) return L;
+        L.signs = true;
+        L.no = sign_copy_declines(op, dev);
+        if (L.no == nullptr) L.launch = sign_copy_launcher(), L.copy = true, L.mask = 1;
+        return L;
+    }
+    if (!aligned_rows) return L;
     if (cuda::option_bool(opts, "planar_weights", false) && planar_launcher(op->weight_type) != nullptr) {
         L.no = planar_declines(op, dev, smem_optin);
         if (L.no == nullptr) L.launch = planar_launcher(op->weight_type), L.copy = true;
@@ -127,7 +147,7 @@ LanesPlan lanes_plan(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t
         if (block_lanes_wanted(opts, op, dev->sm_count, c)) L.mask |= 1u << (c - 1);
     if (L.mask == 0) {
         if (L.copy) L.no = "block_lanes takes no column count of this op";
-        L = LanesPlan{nullptr, false, 0, L.no};
+        L = AltPlan{nullptr, false, 0, L.no};
     }
     return L;
 }
@@ -222,15 +242,19 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
                        : cuda::stages_activations(op->weight_type)  ? ", staged with the weight chunks"
                                                                     : "";
     char planar[160] = "";
-    const LanesPlan L = lanes_plan(op, dev, dev->smem_per_block_optin, opts);
+    const AltPlan L = alt_plan(op, dev, dev->smem_per_block_optin, opts, true);
     if (L.launch != nullptr) {
-        if (L.copy) offer->prepared_bytes += weight_bytes(op, td);
+        const uint64_t copy_bytes = L.signs ? sign_copy_bytes(op) : weight_bytes(op, td);
+        if (L.copy) offer->prepared_bytes += copy_bytes;
         char copy[64] = "";
-        if (L.copy) std::snprintf(copy, sizeof(copy), ", on a planar copy (%.1f MiB)", weight_bytes(op, td) / 1048576.0);
-        std::snprintf(planar, sizeof(planar), "; %s: a thread per 32-weight position of every row%s",
-                      L.mask == 3 ? "1-2 columns" : L.mask == 1 ? "1 column" : "2 columns", copy);
+        if (L.copy)
+            std::snprintf(copy, sizeof(copy), ", on a %s copy (%.1f MiB)", L.signs ? "sign" : "planar",
+                          copy_bytes / 1048576.0);
+        std::snprintf(planar, sizeof(planar), "; %s: %s%s",
+                      L.mask == 3 ? "1-2 columns" : L.mask == 1 ? "1 column" : "2 columns",
+                      L.signs ? "IQ3_XXS signs spelled out" : "a thread per 32-weight position of every row", copy);
     } else if (L.no != nullptr) {
-        std::snprintf(planar, sizeof(planar), "; no planar copy: %s", L.no);
+        std::snprintf(planar, sizeof(planar), "; no %s copy: %s", L.signs ? "sign" : "planar", L.no);
     }
     cuda::set_reason(offer, "%s %s, ncols %u, %s activations%s, %s%s", td->name,
                      op->kind == KPR_OP_GEMV ? "gemv" : "grouped gemv (ids on the device)", op->ncols,
@@ -248,17 +272,25 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         if (st != KPR_OK) return st;
         std::unique_ptr<cuda::GemvPrepared> hold(p);
         p->mma_mode = mma_mode(opts);
-        const LanesPlan L = p->sm80() ? lanes_plan(op, dev, p->smem_optin, opts) : LanesPlan{};
-        if (L.copy) {
+        const AltPlan L = p->rows80 ? alt_plan(op, dev, p->smem_optin, opts, p->sm80()) : AltPlan{};
+        if (L.copy && L.signs) {
+            const uint64_t blocks = op->rows * (op->cols / 256);
+            auto fill = [&](void *dst) { return sign_copy_repack(w->data, dst, blocks); };
+            const kpr_status pst = g_copies.acquire(
+                cuda::WeightCopyKey{w->identity, w->data, w->bytes, dev->ordinal, kSignsLayout}, sign_copy_bytes(op),
+                fill, &p->alt_copy, err);
+            if (pst != KPR_OK) return pst;
+        } else if (L.copy) {
             const uint64_t bytes = w->bytes, rb = p->row_bytes, rows = op->rows;
             const uint32_t nb = static_cast<uint32_t>(op->cols / 32);
             auto fill = [&](void *dst) { return planar_repack(w->data, dst, rb, rows, nb); };
-            const kpr_status pst = g_planar.acquire(cuda::WeightCopyKey{w->identity, w->data, bytes, dev->ordinal, 1u},
-                                                    bytes, fill, &p->lanes_copy, err);
+            const kpr_status pst = g_copies.acquire(
+                cuda::WeightCopyKey{w->identity, w->data, bytes, dev->ordinal, kPlanarLayout}, bytes, fill,
+                &p->alt_copy, err);
             if (pst != KPR_OK) return pst;
         }
-        p->lanes_launch = L.launch;
-        p->lanes_mask = L.mask;
+        p->alt_launch = L.launch;
+        p->alt_mask = L.mask;
         *out = reinterpret_cast<kpr_prepared *>(hold.release());
         return KPR_OK;
     } catch (const std::exception &e) {
@@ -414,6 +446,29 @@ constexpr uint32_t kLanesTypes[] = {KPR_TYPE_Q4_K};
 const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes", "on"}};
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
+// sign_copy = true (IQ3_XXS; the copy serves one-column plain GEMV on 9.0 in the whole-vector kernel's window, 8..32
+// rows per SM of 132): 4096 and 2048 rows, 4093 a partial block, rows that are not 16-byte aligned (43 blocks of 102
+// bytes); ops that make no copy and read the GGUF rows: outside the window (14336, 509, 77 and 14339 rows), grouped;
+// and an op prepared for 4 columns (its 4-column calls read the GGUF rows).
+constexpr Shape kSignCopyShapes[] = {
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
+    {"2048x8192", KPR_OP_GEMV, 2048, 8192, 1, 1, 1, 1},   {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1},
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},       {"509x28672", KPR_OP_GEMV, 509, 28672, 1, 1, 1, 1},
+    {"4093x11008", KPR_OP_GEMV, 4093, 11008, 1, 1, 1, 1}, {"14339x4352", KPR_OP_GEMV, 14339, 4352, 1, 1, 1, 1},
+    {"4096x14336", KPR_OP_GEMV, 4096, 14336, 4, 1, 1, 1}, {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
+};
+constexpr uint32_t kSignCopyTypes[] = {KPR_TYPE_IQ3_XXS};
+const kpr_option_value kSignCopyOn[] = {{"sign_copy", "true"}};
+
+// IQ3_XXS and IQ3_S at one column outside the whole-vector window on 9.0 (the row kernel, two rows per warp) on rows
+// that are not 16-byte aligned (6, 17 and 43 blocks: its UA instance), which no case above reaches
+constexpr Shape kIq3RowShapes[] = {
+    {"77x1536", KPR_OP_GEMV, 77, 1536, 1, 1, 1, 1},
+    {"14339x4352", KPR_OP_GEMV, 14339, 4352, 1, 1, 1, 1},
+    {"509x11008", KPR_OP_GEMV, 509, 11008, 1, 1, 1, 1},
+};
+constexpr uint32_t kIq3Types[] = {KPR_TYPE_IQ3_XXS, KPR_TYPE_IQ3_S};
+
 // The case list: each group runs every one of its types on every one of its shapes (type-major), with its options
 // and a name suffix that names them. Case i is found by walking the groups in order, so a new group goes at the end
 // (case indices, and `kpr selftest --list`, stay put).
@@ -445,6 +500,8 @@ constexpr CaseGroup kGroups[] = {
     group(kTileTypes, kWideShapes, kTileWide, " tile_kernel=wide"),
     group(kWide32Types, kWide32Shapes, kTileWide32, " tile_kernel=wide32"),
     group(kTileTypes, kTileOffShapes, kTileOff, " tile_kernel=off"),
+    group(kSignCopyTypes, kSignCopyShapes, kSignCopyOn, " sign_copy"),
+    group(kIq3Types, kIq3RowShapes),
 };
 constexpr uint32_t kNCases = [] {
     uint32_t n = 0;

@@ -502,6 +502,50 @@ TEST(CudaNegotiation, GenericCudaPlanarWeightsOption) {
     std::printf("generic_cuda planar_weights: %s\n  %s\n", q4.reason, wide.reason);
 }
 
+// generic_cuda's sign_copy option in the offer: for IQ3_XXS plain GEMV on 9.0 the copy (102 bytes a block) is counted
+// in prepared_bytes and named in the reason, also for an op prepared for more columns (its one-column calls take it);
+// elsewhere the reason says why not; other types ignore it; off by default.
+TEST(CudaNegotiation, GenericCudaSignCopyOption) {
+    auto p = get("generic_cuda");
+    ASSERT_TRUE(p->ok()) << p->error;
+    const kpr_option_value on{"sign_copy", "true"};
+    const kpr_offer base = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4096, 14336, 1), kH200);
+    EXPECT_TRUE(base.accepted) << base.reason;
+    EXPECT_EQ(std::strstr(base.reason, "sign"), nullptr) << base.reason;
+    const kpr_offer xxs = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4096, 14336, 1), kH200, &on, 1);
+    EXPECT_TRUE(xxs.accepted) << xxs.reason;
+    EXPECT_EQ(xxs.prepared_bytes, base.prepared_bytes + 4096ull * 56 * 102);
+    EXPECT_NE(std::strstr(xxs.reason, "; 1 column: IQ3_XXS signs spelled out, on a sign copy (22.3 MiB)"), nullptr)
+        << xxs.reason;
+    const kpr_offer four = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4093, 11008, 4), kH200, &on, 1);
+    EXPECT_NE(std::strstr(four.reason, "; 1 column: IQ3_XXS signs spelled out"), nullptr) << four.reason;
+    for (uint64_t rows : {1055ull, 4225ull, 14336ull}) { // outside 8..32 rows per SM of 132: the row kernel, no copy
+        const kpr_offer out = ask(*p, gemv(KPR_TYPE_IQ3_XXS, rows, 4096, 1), kH200, &on, 1);
+        EXPECT_NE(std::strstr(out.reason, "no sign copy: rows outside 8..32 per multiprocessor"), nullptr) << out.reason;
+        EXPECT_EQ(out.prepared_bytes, ask(*p, gemv(KPR_TYPE_IQ3_XXS, rows, 4096, 1), kH200).prepared_bytes);
+    }
+    EXPECT_NE(std::strstr(ask(*p, gemv(KPR_TYPE_IQ3_XXS, 1056, 4096, 1), kH200, &on, 1).reason, "on a sign copy"), nullptr);
+    EXPECT_NE(std::strstr(ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4224, 4096, 1), kH200, &on, 1).reason, "on a sign copy"), nullptr);
+    kpr_op_desc moe = gemv(KPR_TYPE_IQ3_XXS, 768, 2048, 1);
+    moe.kind = KPR_OP_GEMV_GROUPED;
+    moe.n_experts = 32;
+    moe.n_used = 8;
+    const kpr_offer grouped = ask(*p, moe, kH200, &on, 1);
+    EXPECT_TRUE(grouped.accepted) << grouped.reason;
+    EXPECT_NE(std::strstr(grouped.reason, "no sign copy: grouped GEMV reads the GGUF rows"), nullptr) << grouped.reason;
+    EXPECT_EQ(grouped.prepared_bytes, ask(*p, moe, kH200).prepared_bytes);
+    const kpr_offer s = ask(*p, gemv(KPR_TYPE_IQ3_S, 4096, 14336, 1), kH200, &on, 1);
+    EXPECT_EQ(std::strstr(s.reason, "sign copy"), nullptr) << s.reason; // IQ3_XXS only
+    EXPECT_EQ(s.prepared_bytes, ask(*p, gemv(KPR_TYPE_IQ3_S, 4096, 14336, 1), kH200).prepared_bytes);
+    if (has_arch(*p, 80)) { // (a build for 9.0 alone declines 8.0 for the architecture)
+        kpr_device_desc a100 = kH200;
+        a100.cc_major = 8;
+        const kpr_offer old = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4096, 14336, 1), a100, &on, 1);
+        EXPECT_NE(std::strstr(old.reason, "no sign copy: compute capability below 9.0"), nullptr) << old.reason;
+    }
+    std::printf("generic_cuda sign_copy: %s\n  %s\n", xxs.reason, grouped.reason);
+}
+
 // Repacked copies are shared by prepared ops that name the same tensor (kpr_weights::identity) and freed
 // with the last of them (sm60_q8's int8 plane; generic_cuda's planar copy), and a prepared op whose
 // partner was released still runs on the shared copy: device memory is measured with cudaMemGetInfo.
@@ -586,6 +630,11 @@ TEST(GpuSharedCopies, Sm60Q8PackedPlane) {
 TEST(GpuSharedCopies, GenericCudaPlanarWeights) {
     const kpr_option_value on{"planar_weights", "true"};
     check_shared_copy("generic_cuda", KPR_TYPE_Q4_0, 4096, 14336, &on, 1, 4096ull * 14336 / 32 * 18);
+}
+
+TEST(GpuSharedCopies, GenericCudaSignCopy) {
+    const kpr_option_value on{"sign_copy", "true"};
+    check_shared_copy("generic_cuda", KPR_TYPE_IQ3_XXS, 4096, 14336, &on, 1, 4096ull * 14336 / 256 * 102);
 }
 
 // generic_cuda's block_lanes option (Q4_K at one column, its GGUF rows read in place): auto takes it on more

@@ -714,6 +714,63 @@ struct TIQ3_XXS {
     }
 };
 
+// IQ3_XXS repacked with its signs spelled out (generic_cuda's sign_copy): 102-byte blocks of
+//   d (f16, bytes 0-1) | qs, the 64 grid indices (bytes 2-65) | 8 sign words (bytes 66-97) | 8 scales (98-101)
+// d and qs are GGUF's bytes. Sub-block ib's sign word holds all 32 signs, the four of its lookup m (0..7, weights
+// 4m..4m+3 of the sub-block) at bits 7 - m, 15 - m, 23 - m, 31 - m, so a lookup's byte mask is one prmt in
+// sign-replicate mode of the word shifted by m: no 7-bit field, multiply or parity (popc) as in TIQ3_XXS. Its
+// 4-bit scale (GGUF: the top of the aux word) is nibble ib of bytes 98-101 (low nibble first). The blocks stay
+// 2-byte aligned, as GGUF's. The integers and the float arithmetic are TIQ3_XXS's, so the results are the same bits.
+// Measured as a timing probe in docs/cuda-tuning-log.md "The IQ3 whole vector swizzled" (IQ3_XXS's one-column
+// loop 892 -> 764 instructions).
+__host__ __device__ constexpr uint32_t iq3_xxs_spelled_signs(uint32_t aux) {
+    uint32_t out = 0;
+    for (uint32_t l = 0; l < 4; ++l) {
+        uint32_t s8 = (aux >> (7 * l)) & 127u;
+        uint32_t parity = 0;
+        for (uint32_t j = 0; j < 7; ++j) parity ^= (s8 >> j) & 1u;
+        s8 |= parity << 7; // ksigns_iq2xs: the eighth sign is the parity of the seven
+        for (uint32_t j = 0; j < 8; ++j) {
+            const uint32_t m = 2 * l + j / 4, b = j % 4; // weight j of group l: byte b of lookup m
+            out |= ((s8 >> j) & 1u) << (8 * b + 7 - m);
+        }
+    }
+    return out;
+}
+
+struct TIQ3_XXS_Signs {
+    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 102, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
+        uint32_t v[R][16];
+        float ds[R][2];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint8_t *p = w[r];
+            const float d = f16_to_float(load_u16(p));
+            uint32_t idx[4], sg[2];
+            load_words_a2<4>(p + 2 + 16 * part, idx);
+            load_words_a2<2>(p + 66 + 8 * part, sg);
+            const uint32_t sc = p[98 + part]; // the scales of sub-blocks 2 part, 2 part + 1
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                ds[r][u] = __fmul_rn(d, static_cast<float>(2 * ((sc >> (4 * u)) & 0xFu) + 1) * 0.25f);
+#pragma unroll
+                for (int m = 0; m < 8; ++m) {
+                    const uint32_t sm = sg[u] << m; // lookup m's signs on the bytes' top bits
+                    v[r][8 * u + m] = select_neg(tab.grid_xxs_byte(idx[2 * u + m / 4], m % 4), prmt(sm, 0u, 0xBA98u));
+                }
+            }
+        }
+        add_two_units<NC, R>(v, ds, x, k0, acc);
+    }
+};
+static_assert(iq3_xxs_spelled_signs(0) == 0 && iq3_xxs_spelled_signs(1u) == ((1u << 7) | (1u << 30)),
+              "sign 0 of group 0 and its parity (weight 7: byte 3 of lookup 1)");
+static_assert(iq3_xxs_spelled_signs(0xF0000000u) == 0, "the scale bits are not signs");
+
 struct TIQ3_S {
     static constexpr uint32_t TYPE = KPR_TYPE_IQ3_S, QK = 256, BS = 110, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;

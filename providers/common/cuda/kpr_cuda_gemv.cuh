@@ -273,17 +273,15 @@ constexpr bool whole_vector_rows_ok(uint32_t type, uint32_t rows, uint32_t sms) 
 // The table policy of the 16-warp whole-vector kernel: in one block per SM, generic_cuda's IQ3 grids live
 // once per lane in shared memory (TabLaneGrid, TabLaneGridS) instead of in L1 (TabGlobal); another
 // provider's policy (iq_stage_tables) is kept, so both run the same kernel shape and produce the same bits.
+// (By weight type, so that a repacked layout of IQ3_XXS, TIQ3_XXS_Signs, takes the same table.)
 template <class T, class Tab>
 struct WholeVectorTab {
     using type = Tab;
 };
-template <>
-struct WholeVectorTab<TIQ3_XXS, TabGlobal> {
-    using type = TabLaneGrid;
-};
-template <>
-struct WholeVectorTab<TIQ3_S, TabGlobal> {
-    using type = TabLaneGridS;
+template <class T>
+struct WholeVectorTab<T, TabGlobal> {
+    using type = std::conditional_t<T::TYPE == KPR_TYPE_IQ3_XXS, TabLaneGrid,
+                                    std::conditional_t<T::TYPE == KPR_TYPE_IQ3_S, TabLaneGridS, TabGlobal>>;
 };
 template <class T>
 inline constexpr bool kWholeVector = copies_whole_vector(T::TYPE);
@@ -942,27 +940,45 @@ cudaError_t launch_gemv_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bo
     return launch_row_nc<T, Tab>(a, ncols, tasks, pdl, s);
 }
 
+// The row kernel alone at one column (plain GEMV, or grouped tasks): the whole-vector paths where they apply,
+// else the staged or plain row kernel, two rows per warp where a.sm80 or a.rows80.
+template <class T, class Tab>
+cudaError_t launch_row_one(const GemvArgs &a, uint32_t tasks, bool pdl, cudaStream_t s) {
+    const bool two = (a.sm80 || a.rows80) && tasks == 1 && a.ids == nullptr;
+    if constexpr (kWholeVector<T>)
+        if (two && whole_vector_rows_ok(T::TYPE, a.rows, a.sms)) {
+            cudaError_t e = cudaErrorNotSupported;
+            if constexpr (whole_vector_warps(T::TYPE) == 16)
+                e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);
+            if constexpr (halves_chunks(T::TYPE))
+                if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector, kGemvWarps, 0, 2>(a, pdl, s);
+            if (e == cudaErrorNotSupported && !whole_vector_row_window(T::TYPE))
+                e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);
+            if (e != cudaErrorNotSupported) return e;
+        }
+    if constexpr (kStageActivations<T>)
+        if (two) return launch_gemv<T, 1, Tab, 2, kXStagedChunks>(a, tasks, pdl, s);
+    return two ? launch_gemv<T, 1, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
+}
+
+// A one-column plain GEMV of a row-kernel-only layout (no tile or 4-row kernel): the quantizer (when a.xq_n), then
+// launch_row_one. generic_cuda's sign_copy (TIQ3_XXS_Signs).
+template <class T, class Tab>
+cudaError_t launch_gemv_one(const GemvArgs &a, bool pdl, cudaStream_t s) {
+    if (a.xq_n != 0) {
+        const cudaError_t e = launch_quantizer(a, pdl, s, act_nibble_order(T::TYPE, 1));
+        if (e != cudaSuccess) return e;
+    }
+    return launch_row_one<T, Tab>(a, 1, pdl, s);
+}
+
 // The row kernel alone, on the runtime column count.
 // Dispatch on the runtime column count (plain GEMV: 1..8; grouped tasks run with NC = 1).
 template <class T, class Tab>
 cudaError_t launch_row_nc(const GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
     const bool two = (a.sm80 || a.rows80) && tasks == 1 && a.ids == nullptr;
     switch (ncols) {
-    case 1:
-        if constexpr (kWholeVector<T>)
-            if (two && whole_vector_rows_ok(T::TYPE, a.rows, a.sms)) {
-                cudaError_t e = cudaErrorNotSupported;
-                if constexpr (whole_vector_warps(T::TYPE) == 16)
-                    e = launch_gemv_dyn<T, typename WholeVectorTab<T, Tab>::type, kXWholeVector, 16, 2>(a, pdl, s);
-                if constexpr (halves_chunks(T::TYPE))
-                    if (e == cudaErrorNotSupported) e = launch_gemv_dyn<T, Tab, kXWholeVector, kGemvWarps, 0, 2>(a, pdl, s);
-                if (e == cudaErrorNotSupported && !whole_vector_row_window(T::TYPE))
-                    e = launch_gemv_dyn<T, Tab, kXWholeVector>(a, pdl, s);
-                if (e != cudaErrorNotSupported) return e;
-            }
-        if constexpr (kStageActivations<T>)
-            if (two) return launch_gemv<T, 1, Tab, 2, kXStagedChunks>(a, tasks, pdl, s);
-        return two ? launch_gemv<T, 1, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 1, Tab>(a, tasks, pdl, s);
+    case 1: return launch_row_one<T, Tab>(a, tasks, pdl, s);
     case 2: return two ? launch_gemv<T, 2, Tab, 2>(a, tasks, pdl, s) : launch_gemv<T, 2, Tab>(a, tasks, pdl, s);
     case 3: return launch_gemv<T, 3, Tab>(a, tasks, pdl, s);
     case 4: return launch_gemv<T, 4, Tab>(a, tasks, pdl, s);

@@ -33,12 +33,12 @@ struct GemvPrepared {
     uint32_t smem_sm = 0;    // shared memory per multiprocessor
     GemvLaunchFn launch = nullptr;
     std::unique_ptr<StreamScratch> scratch;
-    // (optional) the launcher that takes the column counts in lanes_mask (bit c - 1: c columns), and the
-    // repacked copy of the weights it reads (null: it reads the caller's); generic_cuda's planar_weights
-    // and block_lanes. Other column counts read the caller's weights with `launch`.
-    GemvLaunchFn lanes_launch = nullptr;
-    uint32_t lanes_mask = 0;
-    std::shared_ptr<WeightCopy> lanes_copy;
+    // (optional) another launcher, for the column counts in alt_mask (bit c - 1: c columns), and the
+    // repacked copy of the weights it reads (null: it reads the caller's); generic_cuda's planar_weights,
+    // block_lanes and sign_copy. Other column counts read the caller's weights with `launch`.
+    GemvLaunchFn alt_launch = nullptr;
+    uint32_t alt_mask = 0;
+    std::shared_ptr<WeightCopy> alt_copy;
 };
 
 inline size_t gemv_scratch_bytes(const kpr_op_desc *op, bool float_x) {
@@ -151,9 +151,9 @@ inline kpr_status gemv_run(GemvPrepared &p, const kpr_run_args *args, kpr_error 
         pdl = p.pdl;
     }
     const uint32_t tasks = grouped ? ncols * p.op.n_used : 1;
-    if (p.lanes_launch != nullptr && ((p.lanes_mask >> (ncols - 1)) & 1u)) { // (plain GEMV only: lanes_plan)
-        if (p.lanes_copy) a.w = static_cast<const uint8_t *>(p.lanes_copy->data);
-        e = p.lanes_launch(a, ncols, 1, pdl, s);
+    if (p.alt_launch != nullptr && ((p.alt_mask >> (ncols - 1)) & 1u)) { // (plain GEMV only: generic_cuda's alt_plan)
+        if (p.alt_copy) a.w = static_cast<const uint8_t *>(p.alt_copy->data);
+        e = p.alt_launch(a, ncols, 1, pdl, s);
     } else {
         e = p.launch(a, grouped ? 1u : ncols, tasks, pdl, s);
     }

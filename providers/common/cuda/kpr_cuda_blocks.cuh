@@ -682,25 +682,35 @@ struct TIQ4_XS {
 // iq_stage_tables stages grids and masks in shared memory. The integers are the same, so the same
 // arithmetic follows.
 
-struct TIQ3_XXS {
-    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 98, CB = 16, PARTS = 4;
-    static constexpr bool FLOAT_X = false;
-    template <int NC, int R, class Tab, class X>
-    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
-                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
-        uint32_t v[R][16];
-        float ds[R][2];
+// One item of IQ3_XXS, in GGUF's blocks (SPELLED false: each sub-block's aux word holds 4 x 7 sign bits and its 4-bit
+// scale) or in sign_copy's (true: TIQ3_XXS_Signs below). Both keep d, the grid indices and the sign words at the same
+// offsets; the integers and the float arithmetic are the same, so the results are the same bits.
+template <bool SPELLED, int NC, int R, class Tab, class X>
+__device__ __forceinline__ void iq3_xxs_item(const uint8_t *const (&w)[R], uint32_t part, const X &x, uint32_t k0,
+                                             const Tab &tab, float (&acc)[R][NC]) {
+    uint32_t v[R][16];
+    float ds[R][2];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const uint8_t *p = w[r];
-            const float d = f16_to_float(load_u16(p));
-            uint32_t idx[4], aux[2];
-            load_words_a2<4>(p + 2 + 16 * part, idx);
-            load_words_a2<2>(p + 66 + 8 * part, aux);
+    for (int r = 0; r < R; ++r) {
+        const uint8_t *p = w[r];
+        const float d = f16_to_float(load_u16(p));
+        uint32_t idx[4], sw[2];
+        load_words_a2<4>(p + 2 + 16 * part, idx);
+        load_words_a2<2>(p + 66 + 8 * part, sw);
+        uint32_t sc = 0;
+        if constexpr (SPELLED) sc = p[98 + part]; // the scales of sub-blocks 2 part, 2 part + 1
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const uint32_t a = aux[u];
-                ds[r][u] = __fmul_rn(d, static_cast<float>(2 * (a >> 28) + 1) * 0.25f);
+        for (int u = 0; u < 2; ++u) {
+            const uint32_t a = sw[u];
+            const uint32_t ls = SPELLED ? (sc >> (4 * u)) & 0xFu : a >> 28;
+            ds[r][u] = __fmul_rn(d, static_cast<float>(2 * ls + 1) * 0.25f);
+            if constexpr (SPELLED) {
+#pragma unroll
+                for (int m = 0; m < 8; ++m) {
+                    const uint32_t sm = a << m; // lookup m's signs on the bytes' top bits
+                    v[r][8 * u + m] = select_neg(tab.grid_xxs_byte(idx[2 * u + m / 4], m % 4), prmt(sm, 0u, 0xBA98u));
+                }
+            } else {
 #pragma unroll
                 for (int l = 0; l < 4; ++l) {
                     const uint32_t sg = (a >> (7 * l)) & 127u;
@@ -710,7 +720,17 @@ struct TIQ3_XXS {
                 }
             }
         }
-        add_two_units<NC, R>(v, ds, x, k0, acc);
+    }
+    add_two_units<NC, R>(v, ds, x, k0, acc);
+}
+
+struct TIQ3_XXS {
+    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 98, CB = 16, PARTS = 4;
+    static constexpr bool FLOAT_X = false;
+    template <int NC, int R, class Tab, class X>
+    __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
+                                                uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
+        iq3_xxs_item<false, NC, R>(w, part, x, k0, tab, acc);
     }
 };
 
@@ -744,27 +764,7 @@ struct TIQ3_XXS_Signs {
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,
                                                 uint32_t k0, const Tab &tab, float (&acc)[R][NC]) {
-        uint32_t v[R][16];
-        float ds[R][2];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const uint8_t *p = w[r];
-            const float d = f16_to_float(load_u16(p));
-            uint32_t idx[4], sg[2];
-            load_words_a2<4>(p + 2 + 16 * part, idx);
-            load_words_a2<2>(p + 66 + 8 * part, sg);
-            const uint32_t sc = p[98 + part]; // the scales of sub-blocks 2 part, 2 part + 1
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                ds[r][u] = __fmul_rn(d, static_cast<float>(2 * ((sc >> (4 * u)) & 0xFu) + 1) * 0.25f);
-#pragma unroll
-                for (int m = 0; m < 8; ++m) {
-                    const uint32_t sm = sg[u] << m; // lookup m's signs on the bytes' top bits
-                    v[r][8 * u + m] = select_neg(tab.grid_xxs_byte(idx[2 * u + m / 4], m % 4), prmt(sm, 0u, 0xBA98u));
-                }
-            }
-        }
-        add_two_units<NC, R>(v, ds, x, k0, acc);
+        iq3_xxs_item<true, NC, R>(w, part, x, k0, tab, acc);
     }
 };
 static_assert(iq3_xxs_spelled_signs(0) == 0 && iq3_xxs_spelled_signs(1u) == ((1u << 7) | (1u << 30)),

@@ -74,8 +74,9 @@ const kpr_option_decl kOptions[] = {
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "sign_copy", "false",
      "IQ3_XXS on compute capability 9.0: keep a copy of the weights with every sign spelled out (102 bytes a "
      "block against 98, counted in prepared bytes, shared by prepared ops on the same tensor) for one-column "
-     "plain GEMV calls on 8..32 rows per multiprocessor (the whole-vector kernel), whose decode then needs no sign "
-     "arithmetic; other calls read the GGUF rows",
+     "plain GEMV calls from 8 rows per multiprocessor, whose decode then needs no sign arithmetic: on 8..32 rows "
+     "per multiprocessor as blocks for the whole-vector kernel, above that as planes per row for the lanes kernel "
+     "(rows up to 16384 weights); other calls read the GGUF rows",
      0, 0, nullptr},
 };
 constexpr uint32_t kNOptions = sizeof(kOptions) / sizeof(kOptions[0]);
@@ -121,17 +122,20 @@ struct AltPlan {
     uint32_t mask = 0;
     const char *no = nullptr; // why there is no copy although planar_weights or sign_copy asks for one
     bool signs = false;       // the copy is sign_copy's (else planar_weights')
+    SignCopyLayout sign_layout = SignCopyLayout::blocks; // (signs) which of its layouts
 };
-// WeightCopyKey layouts (the copies of the two options never share memory)
-constexpr uint32_t kPlanarLayout = 1, kSignsLayout = 2;
+// WeightCopyKey layouts (the copies of the two options never share memory; sign_copy's are SignCopyLayout's values)
+constexpr uint32_t kPlanarLayout = 1;
 AltPlan alt_plan(const kpr_op_desc *op, const kpr_device_desc *dev, uint32_t smem_optin, const kpr_option_set *opts,
                  bool aligned_rows) {
     AltPlan L;
     if (op->weight_type == KPR_TYPE_IQ3_XXS) {
         if (!cuda::option_bool(opts, "sign_copy", false)) return L;
+        const SignCopyPlan sp = sign_copy_plan(op, dev);
         L.signs = true;
-        L.no = sign_copy_declines(op, dev);
-        if (L.no == nullptr) L.launch = sign_copy_launcher(), L.copy = true, L.mask = 1;
+        L.sign_layout = sp.layout;
+        L.no = sp.no;
+        if (L.no == nullptr) L.launch = sign_copy_launcher(sp.layout), L.copy = true, L.mask = 1;
         return L;
     }
     if (!aligned_rows) return L;
@@ -244,15 +248,18 @@ kpr_status p_query(void *, const kpr_op_desc *op, const kpr_device_desc *dev, co
     char planar[160] = "";
     const AltPlan L = alt_plan(op, dev, dev->smem_per_block_optin, opts, true);
     if (L.launch != nullptr) {
-        const uint64_t copy_bytes = L.signs ? sign_copy_bytes(op) : weight_bytes(op, td);
+        const uint64_t copy_bytes = L.signs ? sign_copy_bytes(op, L.sign_layout) : weight_bytes(op, td);
         if (L.copy) offer->prepared_bytes += copy_bytes;
         char copy[64] = "";
         if (L.copy)
             std::snprintf(copy, sizeof(copy), ", on a %s copy (%.1f MiB)", L.signs ? "sign" : "planar",
                           copy_bytes / 1048576.0);
+        const char *what = !L.signs ? "a thread per 32-weight position of every row"
+                           : L.sign_layout == SignCopyLayout::lanes
+                               ? "IQ3_XXS signs spelled out, a thread per 32-weight position of every row"
+                               : "IQ3_XXS signs spelled out";
         std::snprintf(planar, sizeof(planar), "; %s: %s%s",
-                      L.mask == 3 ? "1-2 columns" : L.mask == 1 ? "1 column" : "2 columns",
-                      L.signs ? "IQ3_XXS signs spelled out" : "a thread per 32-weight position of every row", copy);
+                      L.mask == 3 ? "1-2 columns" : L.mask == 1 ? "1 column" : "2 columns", what, copy);
     } else if (L.no != nullptr) {
         std::snprintf(planar, sizeof(planar), "; no %s copy: %s", L.signs ? "sign" : "planar", L.no);
     }
@@ -274,11 +281,11 @@ kpr_status p_prepare(void *, const kpr_op_desc *op, const kpr_device_desc *dev, 
         p->mma_mode = mma_mode(opts);
         const AltPlan L = p->rows80 ? alt_plan(op, dev, p->smem_optin, opts, p->sm80()) : AltPlan{};
         if (L.copy && L.signs) {
-            const uint64_t blocks = op->rows * (op->cols / 256);
-            auto fill = [&](void *dst) { return sign_copy_repack(w->data, dst, blocks); };
+            const SignCopyLayout sl = L.sign_layout;
+            auto fill = [&](void *dst) { return sign_copy_repack(w->data, dst, op->rows, op->cols / 256, sl); };
             const kpr_status pst = g_copies.acquire(
-                cuda::WeightCopyKey{w->identity, w->data, w->bytes, dev->ordinal, kSignsLayout}, sign_copy_bytes(op),
-                fill, &p->alt_copy, err);
+                cuda::WeightCopyKey{w->identity, w->data, w->bytes, dev->ordinal, static_cast<uint32_t>(sl)},
+                sign_copy_bytes(op, sl), fill, &p->alt_copy, err);
             if (pst != KPR_OK) return pst;
         } else if (L.copy) {
             const uint64_t bytes = w->bytes, rb = p->row_bytes, rows = op->rows;
@@ -446,10 +453,12 @@ constexpr uint32_t kLanesTypes[] = {KPR_TYPE_Q4_K};
 const kpr_option_value kPlanarOn[] = {{"planar_weights", "true"}, {"block_lanes", "on"}};
 const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
-// sign_copy = true (IQ3_XXS; the copy serves one-column plain GEMV on 9.0 in the whole-vector kernel's window, 8..32
-// rows per SM of 132): 4096 and 2048 rows, 4093 a partial block, rows that are not 16-byte aligned (43 blocks of 102
-// bytes); ops that make no copy and read the GGUF rows: outside the window (14336, 509, 77 and 14339 rows), grouped;
-// and an op prepared for 4 columns (its 4-column calls read the GGUF rows).
+// sign_copy = true (IQ3_XXS; the copy serves one-column plain GEMV on 9.0 from 8 rows per SM of 132: in the
+// whole-vector kernel's window, 8..32 rows per SM, its blocks layout; above it, the lanes layout): 4096 and 2048 rows,
+// 4093 a partial block, rows that are not 16-byte aligned (43 blocks of 102 bytes); the lanes layout on 14336 and
+// 14339 rows (17 blocks: 136 sub-blocks, a team of 160 threads with 24 idle); ops that make no copy and read the GGUF
+// rows: below the window (509, 77 rows), grouped; and an op prepared for 4 columns (its 4-column calls read the GGUF
+// rows). kSignCopyLanesShapes, a later group, adds lanes shapes.
 constexpr Shape kSignCopyShapes[] = {
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 1, 1, 1, 1}, {"4093x14336", KPR_OP_GEMV, 4093, 14336, 1, 1, 1, 1},
     {"2048x8192", KPR_OP_GEMV, 2048, 8192, 1, 1, 1, 1},   {"14336x4096", KPR_OP_GEMV, 14336, 4096, 1, 1, 1, 1},
@@ -458,6 +467,14 @@ constexpr Shape kSignCopyShapes[] = {
     {"4096x14336", KPR_OP_GEMV, 4096, 14336, 4, 1, 1, 1}, {"moe 32e8u 768x2048", KPR_OP_GEMV_GROUPED, 768, 2048, 1, 32, 8, 1},
 };
 constexpr uint32_t kSignCopyTypes[] = {KPR_TYPE_IQ3_XXS};
+// sign_copy's lanes layout on more shapes: a 512-thread team (16384 weights, one team per block), 13824 weights (432
+// sub-blocks in a team of 448), and 4225 rows, one over the whole-vector window on 132 SMs (a team of 64 threads,
+// 8 teams a block, 4 or 5 rows a team: the second batch empty or partial)
+constexpr Shape kSignCopyLanesShapes[] = {
+    {"8192x16384", KPR_OP_GEMV, 8192, 16384, 1, 1, 1, 1},
+    {"5120x13824", KPR_OP_GEMV, 5120, 13824, 1, 1, 1, 1},
+    {"4225x2048", KPR_OP_GEMV, 4225, 2048, 1, 1, 1, 1},
+};
 const kpr_option_value kSignCopyOn[] = {{"sign_copy", "true"}};
 
 // IQ3_XXS and IQ3_S at one column outside the whole-vector window on 9.0 (the row kernel, two rows per warp) on rows
@@ -502,6 +519,7 @@ constexpr CaseGroup kGroups[] = {
     group(kTileTypes, kTileOffShapes, kTileOff, " tile_kernel=off"),
     group(kSignCopyTypes, kSignCopyShapes, kSignCopyOn, " sign_copy"),
     group(kIq3Types, kIq3RowShapes),
+    group(kSignCopyTypes, kSignCopyLanesShapes, kSignCopyOn, " sign_copy"),
 };
 constexpr uint32_t kNCases = [] {
     uint32_t n = 0;

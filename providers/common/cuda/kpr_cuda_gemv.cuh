@@ -338,9 +338,20 @@ __device__ __forceinline__ Tab tab_prologue(uint8_t *dyn) {
 // are not 16-byte aligned (a.aligned == 0): on 8.0+ the ring copies the 16-byte lines around each chunk
 // (a separate instance, so that the aligned one keeps its code); below 8.0 both take the register path.
 // LEAN: no register-staged path beside the ring on 8.0+ (lean_row_kernel, lean_over_waves).
+// The blocks per SM an instance is compiled for: GemvOcc's, except generic_cuda's one-column IQ3_XXS row kernel on
+// GGUF rows (outside the whole-vector window), compiled for 5 (118 -> 91 registers): on an H100 1.00-1.10x on four
+// shapes. IQ3_S at 5 measured 0.88x at 5120 x 13824 and keeps 4; iq_stage_tables (its own Tab) keeps 4.
+// (docs/cuda-tuning-log.md "The IQ3_XXS lanes kernel measured")
+template <class T, int NC, int R, class Tab, int XM>
+constexpr int row_blocks_per_sm(int w) {
+    if constexpr (NC == 1 && R == 2 && XM != kXWholeVector && std::is_same_v<T, TIQ3_XXS> &&
+                  std::is_same_v<Tab, TabGlobal>)
+        return 5;
+    return GemvOcc<NC, R>::blocks_per_sm(w);
+}
 template <class T, int NC, int R, class Tab, int XM = kXFromL1, int W = kGemvWarps, int SD = 0, int CD = 1,
           bool UA = false, bool LEAN = lean_row_kernel(T::TYPE)>
-__global__ void __launch_bounds__(32 * W, GemvOcc<NC, R>::blocks_per_sm(W)) gemv_rows_kernel(const GemvKArgs a) {
+__global__ void __launch_bounds__(32 * W, (row_blocks_per_sm<T, NC, R, Tab, XM>(W))) gemv_rows_kernel(const GemvKArgs a) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH < 800
     // two rows per warp at 1-2 columns (and staged activations) are launched on 8.0+ only
     // (launch_row_nc): no code below 8.0, where the register-staged path would need the registers of a

@@ -53,9 +53,12 @@ cudaError_t launch_blocks(const cuda::GemvArgs &a, uint32_t ncols, uint32_t task
 // Row r of the copy, nb = cols / 32 sub-blocks, nb256 = cols / 256 blocks, rs = lanes_row_bytes(nb256):
 //   [0, 8 nb)                   sub-block i's 8 grid indices at 8 i (GGUF's qs)
 //   [8 nb, 12 nb)               sub-block i's spelled-out sign word (iq3_xxs_spelled_signs) at 8 nb + 4 i
-//   [12 nb, 12 nb + 2 nb256)    block b's d (f16) at 12 nb + 2 b
-//   then nb / 2 bytes           sub-block i's 4-bit scale: byte i / 2, low nibble for even i
-constexpr uint64_t lanes_row_bytes(uint64_t nb256) { return (102 * nb256 + 15) / 16 * 16; }
+//   [12 nb, 13 nb)              a word per 4 sub-blocks, at 12 nb + 4 (i / 4): bits 0-15 the block's d (f16), bits
+//                               16-31 the 4-bit scales of sub-blocks 4 (i / 4) .. 4 (i / 4) + 3, the first lowest
+// 104 bytes per 256 weights (d is stored twice), so that a thread's d and scale come in one 4-byte load: merged
+// from two loads, the merge waited on both where the loads were issued (ncu: a third of the warp stalls), not where
+// the next batch uses them.
+constexpr uint64_t lanes_row_bytes(uint64_t nb256) { return (104 * nb256 + 15) / 16 * 16; }
 
 __global__ void repack_lanes(const uint16_t *__restrict__ src, uint8_t *__restrict__ dst, uint64_t rows,
                              uint64_t nb256) {
@@ -67,22 +70,22 @@ __global__ void repack_lanes(const uint16_t *__restrict__ src, uint8_t *__restri
     uint16_t *qs = reinterpret_cast<uint16_t *>(row + 64 * b);
     for (int h = 0; h < 32; ++h) qs[h] = s[1 + h];
     uint32_t *sw = reinterpret_cast<uint32_t *>(row + 8 * nb + 32 * b);
-    uint8_t *sc = row + 12 * nb + 2 * nb256 + 4 * b;
+    uint32_t ds[2] = {s[0], s[0]};
     for (int ib = 0; ib < 8; ++ib) {
         const uint32_t aux = s[33 + 2 * ib] | static_cast<uint32_t>(s[34 + 2 * ib]) << 16;
         sw[ib] = cuda::iq3_xxs_spelled_signs(aux);
-        if (ib % 2 == 0) sc[ib / 2] = static_cast<uint8_t>(aux >> 28);
-        else sc[ib / 2] |= static_cast<uint8_t>((aux >> 28) << 4);
+        ds[ib / 4] |= (aux >> 28) << (16 + 4 * (ib % 4));
     }
-    reinterpret_cast<uint16_t *>(row + 12 * nb)[b] = s[0];
+    uint32_t *dw = reinterpret_cast<uint32_t *>(row + 12 * nb + 8 * b);
+    dw[0] = ds[0];
+    dw[1] = ds[1];
 }
 
 constexpr uint32_t kLanesGridBytes = 256 * 256; // TabLaneGrid's per-lane grid
 
 // One column: q8_1 activations from generic_cuda's quantizer (xq), rows to teams round-robin, two batches of
 // four rows in flight, sums as planar_gemv's.
-__global__ void __launch_bounds__(cuda::kPlanarThreads, 1) lanes_iq3_xxs(const cuda::PlanarArgs a, const cuda::ActQ8 xq,
-                                                                           uint32_t nb256) {
+__global__ void __launch_bounds__(cuda::kPlanarThreads, 1) lanes_iq3_xxs(const cuda::PlanarArgs a, const cuda::ActQ8 xq) {
 #if defined(__CUDA_ARCH__) && KPR_ARCH >= 900
     constexpr uint32_t R = cuda::kPlanarRowsPerBatch;
     extern __shared__ __align__(16) uint8_t dyn[];
@@ -97,8 +100,7 @@ __global__ void __launch_bounds__(cuda::kPlanarThreads, 1) lanes_iq3_xxs(const c
     const uint64_t nb = a.nb;
     const uint64_t rstride = uint64_t(teams) * a.rb;
     const uint8_t *src = a.w + uint64_t(g) * a.rb;
-    const uint64_t o_q = 8 * uint64_t(tt), o_s = 8 * nb + 4 * uint64_t(tt), o_d = 12 * nb + 2 * uint64_t(tt / 8),
-                   o_l = 12 * nb + 2 * uint64_t(nb256) + tt / 2;
+    const uint64_t o_q = 8 * uint64_t(tt), o_s = 8 * nb + 4 * uint64_t(tt), o_d = 12 * nb + 4 * uint64_t(tt / 4);
     uint32_t next_row = g;
     uint2 qa[R], qb[R];
     uint32_t sa[R], sb[R], da[R], db[R];
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(cuda::kPlanarThreads, 1) lanes_iq3_xxs(const c
             if (has && next_row < a.rows) {
                 q[r] = __ldg(reinterpret_cast<const uint2 *>(src + o_q));
                 sw[r] = __ldg(reinterpret_cast<const uint32_t *>(src + o_s));
-                dl[r] = __ldg(reinterpret_cast<const unsigned short *>(src + o_d)) | (uint32_t(__ldg(src + o_l)) << 16);
+                dl[r] = __ldg(reinterpret_cast<const uint32_t *>(src + o_d));
             } else {
                 q[r] = make_uint2(0, 0), sw[r] = 0, dl[r] = 0;
             }
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(cuda::kPlanarThreads, 1) lanes_iq3_xxs(const c
 #pragma unroll
         for (int i = 0; i < 8; ++i) xw[i] = 0;
     }
-    const uint32_t nib = 4 * (tt & 1u);
+    const uint32_t nib = 4 * (tt & 3u);
     constexpr uint32_t LV = R == 8 ? 3 : R == 4 ? 2 : R == 2 ? 1 : 0;
     auto compute = [&](uint32_t k, const uint2 (&q)[R], const uint32_t (&sw)[R], const uint32_t (&dl)[R]) {
         float acc[R];
@@ -187,7 +189,7 @@ cudaError_t launch_lanes(const cuda::GemvArgs &a, uint32_t ncols, uint32_t tasks
         if (e != cudaSuccess) return e;
         raised.store(smem);
     }
-    return cuda::launch_pdl(lanes_iq3_xxs, dim3(a.sms), dim3(plan.tpb * plan.T), smem, pdl, s, pa, xq, nb256);
+    return cuda::launch_pdl(lanes_iq3_xxs, dim3(a.sms), dim3(plan.tpb * plan.T), smem, pdl, s, pa, xq);
 }
 
 } // namespace

@@ -504,7 +504,7 @@ TEST(CudaNegotiation, GenericCudaPlanarWeightsOption) {
 
 // generic_cuda's sign_copy option in the offer: for IQ3_XXS plain GEMV on 9.0 from 8 rows per SM, the copy is counted
 // in prepared_bytes and named in the reason, also for an op prepared for more columns (its one-column calls take it):
-// GGUF's blocks with the signs spelled out (102 bytes a block) on 8..32 rows per SM, planes per row (102 bytes a block,
+// GGUF's blocks with the signs spelled out (102 bytes a block) on 8..32 rows per SM, planes per row (104 bytes a block,
 // rows padded to 16) for the lanes kernel above; elsewhere the reason says why not; other types ignore it; off by
 // default.
 TEST(CudaNegotiation, GenericCudaSignCopyOption) {
@@ -530,12 +530,12 @@ TEST(CudaNegotiation, GenericCudaSignCopyOption) {
                           "signs spelled out, on a sign copy"), nullptr);
     EXPECT_NE(std::strstr(ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4224, 4096, 1), kH200, &on, 1).reason,
                           "signs spelled out, on a sign copy"), nullptr);
-    // above 32 rows per SM: the lanes layout; 4352 weights are 17 blocks, 1734 bytes a row padded to 1744
+    // above 32 rows per SM: the lanes layout; 4352 weights are 17 blocks, 1768 bytes a row padded to 1776
     for (uint64_t rows : {4225ull, 14336ull}) {
         const kpr_offer lanes = ask(*p, gemv(KPR_TYPE_IQ3_XXS, rows, 4352, 1), kH200, &on, 1);
         EXPECT_NE(std::strstr(lanes.reason, "; 1 column: IQ3_XXS signs spelled out, a thread per 32-weight position of "
                                             "every row, on a sign copy"), nullptr) << lanes.reason;
-        EXPECT_EQ(lanes.prepared_bytes, ask(*p, gemv(KPR_TYPE_IQ3_XXS, rows, 4352, 1), kH200).prepared_bytes + rows * 1744);
+        EXPECT_EQ(lanes.prepared_bytes, ask(*p, gemv(KPR_TYPE_IQ3_XXS, rows, 4352, 1), kH200).prepared_bytes + rows * 1776);
     }
     const kpr_offer wide = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 8192, 28672, 1), kH200, &on, 1); // a team is 512 threads
     EXPECT_NE(std::strstr(wide.reason, "no sign copy: over 32 rows per multiprocessor, and rows wider than 16384"),
@@ -653,7 +653,7 @@ TEST(GpuSharedCopies, GenericCudaSignCopy) {
 
 TEST(GpuSharedCopies, GenericCudaSignCopyLanes) { // (more than 32 rows per SM on any card up to 448 SMs)
     const kpr_option_value on{"sign_copy", "true"};
-    check_shared_copy("generic_cuda", KPR_TYPE_IQ3_XXS, 14336, 4352, &on, 1, 14336ull * 1744);
+    check_shared_copy("generic_cuda", KPR_TYPE_IQ3_XXS, 14336, 4352, &on, 1, 14336ull * 1776);
 }
 
 // generic_cuda's block_lanes option (Q4_K at one column, its GGUF rows read in place): auto takes it on more

@@ -72,7 +72,7 @@ const kpr_option_decl kOptions[] = {
      "one column); on: wherever it fits; off: never",
      0, 0, "auto,on,off"},
     {sizeof(kpr_option_decl), KPR_OPTION_BOOL, "sign_copy", "false",
-     "IQ3_XXS on compute capability 9.0: keep a copy of the weights with every sign spelled out (102 bytes a "
+     "IQ3_XXS on compute capability 9.0: keep a copy of the weights with every sign spelled out (102-104 bytes a "
      "block against 98, counted in prepared bytes, shared by prepared ops on the same tensor) for one-column "
      "plain GEMV calls from 8 rows per multiprocessor, whose decode then needs no sign arithmetic: on 8..32 rows "
      "per multiprocessor as blocks for the whole-vector kernel, above that as planes per row for the lanes kernel "

@@ -8,8 +8,9 @@ namespace kpr::generic_cuda {
 enum class SignCopyLayout : uint32_t {
     blocks = 2, // 8..32 rows per SM: GGUF's blocks with the signs spelled out (TIQ3_XXS_Signs, 102 bytes a block),
                 // read by the whole-vector kernel
-    lanes = 3,  // over 32 rows per SM: each row as planes (indices, sign words, d, scales; 102 bytes a block, rows
-                // padded to 16), read by the lanes kernel (a thread per 32-weight position of every row)
+    lanes = 3,  // over 32 rows per SM: each row as planes (indices, sign words, then d with four scales a word; 104
+                // bytes a block, rows padded to 16), read by the lanes kernel (a thread per 32-weight position of
+                // every row)
 };
 // Whether the copy serves `op` on `dev`, and in which layout.
 struct SignCopyPlan {

@@ -184,11 +184,8 @@ cudaError_t launch_lanes(const cuda::GemvArgs &a, uint32_t ncols, uint32_t tasks
     }
     const uint32_t smem = kLanesGridBytes + plan.smem;
     static std::atomic<uint32_t> raised{48 * 1024};
-    if (smem > raised.load()) {
-        e = cudaFuncSetAttribute(lanes_iq3_xxs, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        if (e != cudaSuccess) return e;
-        raised.store(smem);
-    }
+    e = cuda::raise_dyn_smem(lanes_iq3_xxs, raised, smem);
+    if (e != cudaSuccess) return e;
     return cuda::launch_pdl(lanes_iq3_xxs, dim3(a.sms), dim3(plan.tpb * plan.T), smem, pdl, s, pa, xq);
 }
 

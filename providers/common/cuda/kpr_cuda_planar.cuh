@@ -423,16 +423,23 @@ __global__ void __launch_bounds__(kPlanarThreads, 1) planar_gemv(const PlanarArg
 #endif
 }
 
+// Raises kernel k's dynamic shared memory limit to smem where a call needs more than it was set to (raised: k's own
+// record of that limit, 48 KiB to start with).
+template <class Kernel>
+inline cudaError_t raise_dyn_smem(Kernel k, std::atomic<uint32_t> &raised, uint32_t smem) {
+    if (smem <= raised.load()) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e == cudaSuccess) raised.store(smem);
+    return e;
+}
+
 template <int F, bool XQ, int NC>
 inline cudaError_t launch_planar_kernel(const PlanarArgs &a, uint32_t blocks, uint32_t threads, uint32_t smem, bool pdl,
                                         cudaStream_t s, const ActQ8 &xq) {
     auto k = planar_gemv<F, XQ, NC>;
     static std::atomic<uint32_t> raised{48 * 1024}; // the dynamic shared memory limit set on this instance
-    if (smem > raised.load()) {
-        const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        if (e != cudaSuccess) return e;
-        raised.store(smem);
-    }
+    const cudaError_t e = raise_dyn_smem(k, raised, smem);
+    if (e != cudaSuccess) return e;
     return launch_pdl(k, dim3(blocks), dim3(threads), smem, pdl, s, a, xq);
 }
 

@@ -455,7 +455,7 @@ const kpr_option_value kLanesOn[] = {{"block_lanes", "on"}};
 
 // sign_copy = true (IQ3_XXS; the copy serves one-column plain GEMV on 9.0 from 8 rows per SM of 132: in the
 // whole-vector kernel's window, 8..32 rows per SM, its blocks layout; above it, the lanes layout): 4096 and 2048 rows,
-// 4093 a partial block, rows that are not 16-byte aligned (43 blocks of 102 bytes); the lanes layout on 14336 and
+// 4093 a partial block, rows that are not 16-byte aligned (43 blocks of 104 bytes); the lanes layout on 14336 and
 // 14339 rows (17 blocks: 136 sub-blocks, a team of 160 threads with 24 idle); ops that make no copy and read the GGUF
 // rows: below the window (509, 77 rows), grouped; and an op prepared for 4 columns (its 4-column calls read the GGUF
 // rows). kSignCopyLanesShapes, a later group, adds lanes shapes.

@@ -16,26 +16,24 @@ namespace kpr::generic_cuda {
 namespace {
 
 constexpr uint32_t kGgufBytes = cuda::TIQ3_XXS::BS, kCopyBytes = cuda::TIQ3_XXS_Signs::BS;
-static_assert(kGgufBytes == 98 && kCopyBytes == 102, "the copy adds 4 bytes of scales to each block");
+static_assert(kGgufBytes == 98 && kCopyBytes == 104, "the copy adds 6 bytes to each block: d twice, 8 scales");
 
-// One thread per block, in 2-byte pieces (both layouts are 2-byte aligned): d and qs as they are, each aux word
-// (28 sign bits and a 4-bit scale) as its spelled-out sign word, the scales gathered after them.
-__global__ void repack_signs(const uint16_t *__restrict__ src, uint16_t *__restrict__ dst, uint64_t blocks) {
+// One thread per block, GGUF's side in 2-byte pieces (2-byte aligned): qs as it is, each aux word (28 sign bits and a
+// 4-bit scale) as its spelled-out sign word, then d with four scales a word (TIQ3_XXS_Signs).
+__global__ void repack_signs(const uint16_t *__restrict__ src, uint32_t *__restrict__ dst, uint64_t blocks) {
     const uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
     if (i >= blocks) return;
     const uint16_t *s = src + i * (kGgufBytes / 2);
-    uint16_t *d = dst + i * (kCopyBytes / 2);
-    for (int h = 0; h < 33; ++h) d[h] = s[h]; // bytes 0-65
-    uint32_t scales = 0;
+    uint32_t *d = dst + i * (kCopyBytes / 4);
+    for (int h = 0; h < 16; ++h) d[h] = s[1 + 2 * h] | static_cast<uint32_t>(s[2 + 2 * h]) << 16; // bytes 0-63
+    uint32_t dsw[2] = {s[0], s[0]};
     for (int ib = 0; ib < 8; ++ib) {
         const uint32_t aux = s[33 + 2 * ib] | static_cast<uint32_t>(s[34 + 2 * ib]) << 16;
-        const uint32_t e = cuda::iq3_xxs_spelled_signs(aux);
-        d[33 + 2 * ib] = static_cast<uint16_t>(e);
-        d[34 + 2 * ib] = static_cast<uint16_t>(e >> 16);
-        scales |= (aux >> 28) << (4 * ib);
+        d[16 + ib] = cuda::iq3_xxs_spelled_signs(aux);
+        dsw[ib / 4] |= (aux >> 28) << (16 + 4 * (ib % 4));
     }
-    d[49] = static_cast<uint16_t>(scales);
-    d[50] = static_cast<uint16_t>(scales >> 16);
+    d[24] = dsw[0];
+    d[25] = dsw[1];
 }
 
 cudaError_t launch_blocks(const cuda::GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
@@ -227,7 +225,7 @@ cudaError_t sign_copy_repack(const void *gguf, void *copy, uint64_t rows, uint64
     if (layout == SignCopyLayout::lanes)
         repack_lanes<<<grid, 256>>>(static_cast<const uint16_t *>(gguf), static_cast<uint8_t *>(copy), rows, nb256);
     else
-        repack_signs<<<grid, 256>>>(static_cast<const uint16_t *>(gguf), static_cast<uint16_t *>(copy), blocks);
+        repack_signs<<<grid, 256>>>(static_cast<const uint16_t *>(gguf), static_cast<uint32_t *>(copy), blocks);
     return cudaGetLastError();
 }
 

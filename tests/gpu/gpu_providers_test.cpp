@@ -504,9 +504,9 @@ TEST(CudaNegotiation, GenericCudaPlanarWeightsOption) {
 
 // generic_cuda's sign_copy option in the offer: for IQ3_XXS plain GEMV on 9.0 from 8 rows per SM, the copy is counted
 // in prepared_bytes and named in the reason, also for an op prepared for more columns (its one-column calls take it):
-// GGUF's blocks with the signs spelled out (102 bytes a block) on 8..32 rows per SM, planes per row (104 bytes a block,
-// rows padded to 16) for the lanes kernel above; elsewhere the reason says why not; other types ignore it; off by
-// default.
+// 256-weight blocks with the signs spelled out (104 bytes a block, 8-byte aligned) on 8..32 rows per SM, planes per
+// row (104 bytes a block, rows padded to 16) for the lanes kernel above; elsewhere the reason says why not; other
+// types ignore it; off by default.
 TEST(CudaNegotiation, GenericCudaSignCopyOption) {
     auto p = get("generic_cuda");
     ASSERT_TRUE(p->ok()) << p->error;
@@ -516,8 +516,8 @@ TEST(CudaNegotiation, GenericCudaSignCopyOption) {
     EXPECT_EQ(std::strstr(base.reason, "sign"), nullptr) << base.reason;
     const kpr_offer xxs = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4096, 14336, 1), kH200, &on, 1);
     EXPECT_TRUE(xxs.accepted) << xxs.reason;
-    EXPECT_EQ(xxs.prepared_bytes, base.prepared_bytes + 4096ull * 56 * 102);
-    EXPECT_NE(std::strstr(xxs.reason, "; 1 column: IQ3_XXS signs spelled out, on a sign copy (22.3 MiB)"), nullptr)
+    EXPECT_EQ(xxs.prepared_bytes, base.prepared_bytes + 4096ull * 56 * 104);
+    EXPECT_NE(std::strstr(xxs.reason, "; 1 column: IQ3_XXS signs spelled out, on a sign copy (22.8 MiB)"), nullptr)
         << xxs.reason;
     const kpr_offer four = ask(*p, gemv(KPR_TYPE_IQ3_XXS, 4093, 11008, 4), kH200, &on, 1);
     EXPECT_NE(std::strstr(four.reason, "; 1 column: IQ3_XXS signs spelled out"), nullptr) << four.reason;
@@ -648,7 +648,7 @@ TEST(GpuSharedCopies, GenericCudaPlanarWeights) {
 
 TEST(GpuSharedCopies, GenericCudaSignCopy) {
     const kpr_option_value on{"sign_copy", "true"};
-    check_shared_copy("generic_cuda", KPR_TYPE_IQ3_XXS, 4096, 14336, &on, 1, 4096ull * 14336 / 256 * 102);
+    check_shared_copy("generic_cuda", KPR_TYPE_IQ3_XXS, 4096, 14336, &on, 1, 4096ull * 14336 / 256 * 104);
 }
 
 TEST(GpuSharedCopies, GenericCudaSignCopyLanes) { // (more than 32 rows per SM on any card up to 448 SMs)

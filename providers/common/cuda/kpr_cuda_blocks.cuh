@@ -683,8 +683,8 @@ struct TIQ4_XS {
 // arithmetic follows.
 
 // One item of IQ3_XXS, in GGUF's blocks (SPELLED false: each sub-block's aux word holds 4 x 7 sign bits and its 4-bit
-// scale) or in sign_copy's (true: TIQ3_XXS_Signs below). Both keep d, the grid indices and the sign words at the same
-// offsets; the integers and the float arithmetic are the same, so the results are the same bits.
+// scale; 2-byte aligned) or in sign_copy's (true: TIQ3_XXS_Signs below; 8-byte aligned). The integers and the float
+// arithmetic are the same, so the results are the same bits.
 template <bool SPELLED, int NC, int R, class Tab, class X>
 __device__ __forceinline__ void iq3_xxs_item(const uint8_t *const (&w)[R], uint32_t part, const X &x, uint32_t k0,
                                              const Tab &tab, float (&acc)[R][NC]) {
@@ -693,12 +693,20 @@ __device__ __forceinline__ void iq3_xxs_item(const uint8_t *const (&w)[R], uint3
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const uint8_t *p = w[r];
-        const float d = f16_to_float(load_u16(p));
-        uint32_t idx[4], sw[2];
-        load_words_a2<4>(p + 2 + 16 * part, idx);
-        load_words_a2<2>(p + 66 + 8 * part, sw);
-        uint32_t sc = 0;
-        if constexpr (SPELLED) sc = p[98 + part]; // the scales of sub-blocks 2 part, 2 part + 1
+        float d;
+        uint32_t idx[4], sw[2], sc = 0;
+        if constexpr (SPELLED) {
+            uint32_t dw[1];
+            load_words_a8<4>(p + 16 * part, idx);
+            load_words_a8<2>(p + 64 + 8 * part, sw);
+            load_words_a4<1>(p + 96 + 4 * (part / 2), dw);
+            d = f16_to_float(static_cast<uint16_t>(dw[0]));
+            sc = dw[0] >> (16 + 8 * (part % 2)); // the scales of sub-blocks 2 part, 2 part + 1
+        } else {
+            d = f16_to_float(load_u16(p));
+            load_words_a2<4>(p + 2 + 16 * part, idx);
+            load_words_a2<2>(p + 66 + 8 * part, sw);
+        }
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             const uint32_t a = sw[u];
@@ -734,15 +742,17 @@ struct TIQ3_XXS {
     }
 };
 
-// IQ3_XXS repacked with its signs spelled out (generic_cuda's sign_copy): 102-byte blocks of
-//   d (f16, bytes 0-1) | qs, the 64 grid indices (bytes 2-65) | 8 sign words (bytes 66-97) | 8 scales (98-101)
-// d and qs are GGUF's bytes. Sub-block ib's sign word holds all 32 signs, the four of its lookup m (0..7, weights
+// IQ3_XXS repacked with its signs spelled out (generic_cuda's sign_copy): 104-byte blocks of
+//   qs, the 64 grid indices (bytes 0-63) | 8 sign words (bytes 64-95) | two words (bytes 96-103): word h holds d
+//   (f16, bits 0-15) and the 4-bit scales of sub-blocks 4h..4h+3 (bits 16-31, the first lowest)
+// qs is GGUF's bytes. Sub-block ib's sign word holds all 32 signs, the four of its lookup m (0..7, weights
 // 4m..4m+3 of the sub-block) at bits 7 - m, 15 - m, 23 - m, 31 - m, so a lookup's byte mask is one prmt in
-// sign-replicate mode of the word shifted by m: no 7-bit field, multiply or parity (popc) as in TIQ3_XXS. Its
-// 4-bit scale (GGUF: the top of the aux word) is nibble ib of bytes 98-101 (low nibble first). The blocks stay
-// 2-byte aligned, as GGUF's. The integers and the float arithmetic are TIQ3_XXS's, so the results are the same bits.
+// sign-replicate mode of the word shifted by m: no 7-bit field, multiply or parity (popc) as in TIQ3_XXS. The
+// blocks are 8-byte aligned (d is stored twice for it), so every read is one 64- or 32-bit load with no funnel
+// shift. The integers and the float arithmetic are TIQ3_XXS's, so the results are the same bits.
 // docs/cuda-tuning-log.md "IQ3_XXS signs spelled out in a copy": the 16-warp one-column loop 910 -> 798 instructions,
-// 1.04-1.07x on the H200 where the copy serves.
+// 1.04-1.07x on the H200 where the copy serves; "The sign copy's blocks 8-byte aligned": 798 -> 691 instructions,
+// 1.03-1.13x on an H100 (102-byte blocks before).
 __host__ __device__ constexpr uint32_t iq3_xxs_spelled_signs(uint32_t aux) {
     uint32_t out = 0;
     for (uint32_t l = 0; l < 4; ++l) {
@@ -759,7 +769,7 @@ __host__ __device__ constexpr uint32_t iq3_xxs_spelled_signs(uint32_t aux) {
 }
 
 struct TIQ3_XXS_Signs {
-    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 102, CB = 16, PARTS = 4;
+    static constexpr uint32_t TYPE = KPR_TYPE_IQ3_XXS, QK = 256, BS = 104, CB = 16, PARTS = 4;
     static constexpr bool FLOAT_X = false;
     template <int NC, int R, class Tab, class X>
     __device__ __forceinline__ static void item(const uint8_t *const (&w)[R], uint32_t part, const X &x,

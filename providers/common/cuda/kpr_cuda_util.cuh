@@ -147,6 +147,26 @@ __device__ __forceinline__ void load_words_a4(const uint8_t *p, uint32_t (&out)[
 #endif
 }
 
+// Words that start 8-byte aligned (N even): 64-bit shared loads.
+template <int N>
+__device__ __forceinline__ void load_words_a8(const uint8_t *p, uint32_t (&out)[N]) {
+    static_assert(N % 2 == 0);
+#if KPR_EXPLICIT_LDS
+    const uint32_t a = smem_addr(p);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i)
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(out[2 * i]), "=r"(out[2 * i + 1]) : "r"(a + 8u * i) : "memory");
+#else
+    const uint2 *v = reinterpret_cast<const uint2 *>(p);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const uint2 t = v[i];
+        out[2 * i] = t.x;
+        out[2 * i + 1] = t.y;
+    }
+#endif
+}
+
 // Words that start 16-byte aligned (N a multiple of 4): 128-bit shared loads.
 template <int N>
 __device__ __forceinline__ void load_words_a16(const uint8_t *p, uint32_t (&out)[N]) {

@@ -18,22 +18,28 @@ namespace {
 constexpr uint32_t kGgufBytes = cuda::TIQ3_XXS::BS, kCopyBytes = cuda::TIQ3_XXS_Signs::BS;
 static_assert(kGgufBytes == 98 && kCopyBytes == 104, "the copy adds 6 bytes to each block: d twice, 8 scales");
 
-// One thread per block, GGUF's side in 2-byte pieces (2-byte aligned): qs as it is, each aux word (28 sign bits and a
-// 4-bit scale) as its spelled-out sign word, then d with four scales a word (TIQ3_XXS_Signs).
+// What both layouts keep of GGUF block s (2-byte pieces, 2-byte aligned) besides its qs: sub-block ib's aux word (28
+// sign bits and a 4-bit scale) as its spelled-out sign word sw[ib], and d with four scales a word, ds[h] holding d
+// (bits 0-15) and the scales of sub-blocks 4h..4h+3 (bits 16-31, the first lowest). sw and ds point into the copy.
+__device__ __forceinline__ void spell_signs_and_scales(const uint16_t *s, uint32_t *sw, uint32_t *ds) {
+    uint32_t dsw[2] = {s[0], s[0]};
+    for (int ib = 0; ib < 8; ++ib) {
+        const uint32_t aux = s[33 + 2 * ib] | static_cast<uint32_t>(s[34 + 2 * ib]) << 16;
+        sw[ib] = cuda::iq3_xxs_spelled_signs(aux);
+        dsw[ib / 4] |= (aux >> 28) << (16 + 4 * (ib % 4));
+    }
+    ds[0] = dsw[0];
+    ds[1] = dsw[1];
+}
+
+// One thread per block: qs as it is, then the sign words, then d with four scales a word (TIQ3_XXS_Signs).
 __global__ void repack_signs(const uint16_t *__restrict__ src, uint32_t *__restrict__ dst, uint64_t blocks) {
     const uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
     if (i >= blocks) return;
     const uint16_t *s = src + i * (kGgufBytes / 2);
     uint32_t *d = dst + i * (kCopyBytes / 4);
     for (int h = 0; h < 16; ++h) d[h] = s[1 + 2 * h] | static_cast<uint32_t>(s[2 + 2 * h]) << 16; // bytes 0-63
-    uint32_t dsw[2] = {s[0], s[0]};
-    for (int ib = 0; ib < 8; ++ib) {
-        const uint32_t aux = s[33 + 2 * ib] | static_cast<uint32_t>(s[34 + 2 * ib]) << 16;
-        d[16 + ib] = cuda::iq3_xxs_spelled_signs(aux);
-        dsw[ib / 4] |= (aux >> 28) << (16 + 4 * (ib % 4));
-    }
-    d[24] = dsw[0];
-    d[25] = dsw[1];
+    spell_signs_and_scales(s, d + 16, d + 24);
 }
 
 cudaError_t launch_blocks(const cuda::GemvArgs &a, uint32_t ncols, uint32_t tasks, bool pdl, cudaStream_t s) {
@@ -67,16 +73,8 @@ __global__ void repack_lanes(const uint16_t *__restrict__ src, uint8_t *__restri
     uint8_t *row = dst + r * lanes_row_bytes(nb256);
     uint16_t *qs = reinterpret_cast<uint16_t *>(row + 64 * b);
     for (int h = 0; h < 32; ++h) qs[h] = s[1 + h];
-    uint32_t *sw = reinterpret_cast<uint32_t *>(row + 8 * nb + 32 * b);
-    uint32_t ds[2] = {s[0], s[0]};
-    for (int ib = 0; ib < 8; ++ib) {
-        const uint32_t aux = s[33 + 2 * ib] | static_cast<uint32_t>(s[34 + 2 * ib]) << 16;
-        sw[ib] = cuda::iq3_xxs_spelled_signs(aux);
-        ds[ib / 4] |= (aux >> 28) << (16 + 4 * (ib % 4));
-    }
-    uint32_t *dw = reinterpret_cast<uint32_t *>(row + 12 * nb + 8 * b);
-    dw[0] = ds[0];
-    dw[1] = ds[1];
+    spell_signs_and_scales(s, reinterpret_cast<uint32_t *>(row + 8 * nb + 32 * b),
+                           reinterpret_cast<uint32_t *>(row + 12 * nb + 8 * b));
 }
 
 constexpr uint32_t kLanesGridBytes = 256 * 256; // TabLaneGrid's per-lane grid

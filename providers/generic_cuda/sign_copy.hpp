@@ -6,8 +6,8 @@
 namespace kpr::generic_cuda {
 // The copy's two layouts, each read by its own kernel (the values are WeightCopyKey layouts).
 enum class SignCopyLayout : uint32_t {
-    blocks = 2, // 8..32 rows per SM: 256-weight blocks with the signs spelled out, 8-byte aligned (TIQ3_XXS_Signs, 104 bytes),
-                // read by the whole-vector kernel
+    blocks = 2, // 8..32 rows per SM: 256-weight blocks with the signs spelled out, 8-byte aligned (TIQ3_XXS_Signs,
+                // 104 bytes), read by the whole-vector kernel
     lanes = 3,  // over 32 rows per SM: each row as planes (indices, sign words, then d with four scales a word; 104
                 // bytes a block, rows padded to 16), read by the lanes kernel (a thread per 32-weight position of
                 // every row)

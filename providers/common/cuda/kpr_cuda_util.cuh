@@ -155,7 +155,10 @@ __device__ __forceinline__ void load_words_a8(const uint8_t *p, uint32_t (&out)[
     const uint32_t a = smem_addr(p);
 #pragma unroll
     for (int i = 0; i < N / 2; ++i)
-        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(out[2 * i]), "=r"(out[2 * i + 1]) : "r"(a + 8u * i) : "memory");
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
+                     : "=r"(out[2 * i]), "=r"(out[2 * i + 1])
+                     : "r"(a + 8u * i)
+                     : "memory");
 #else
     const uint2 *v = reinterpret_cast<const uint2 *>(p);
 #pragma unroll

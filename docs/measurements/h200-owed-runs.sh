@@ -1,6 +1,7 @@
 #!/bin/bash
 # The device runs owed on an H200 since the fifty-fourth session, ready to run (written by the fifty-fifth session,
-# which got no machine: ten calls, every start failed). Copy it to .devcarry/ with the pack and call it there.
+# which got no machine: of 20 calls, 13 failed to start and 7 were refused). Copy it to .devcarry/ with the pack and
+# call it there.
 #
 # The pack (about 10 minutes on this machine's two cores, from a fresh checkout):
 #   cmake --preset cuda-h200 && nice ninja -C build-cuda-h200 -j 2 bin/kpr providers/libkpr_generic_cpu.so \
@@ -16,11 +17,12 @@
 #   bash .devcarry/h200-owed-runs.sh main        T, C, S, A below: about 300 s on an H100
 #   bash .devcarry/h200-owed-runs.sh racecheck   racecheck on every self-test case: about 450 s on an H100
 #   bash .devcarry/h200-owed-runs.sh gpu-tests   kpr_gpu_tests: about 200 s on an H100
+#   bash .devcarry/h200-owed-runs.sh short       C then T only, for a call with little device time left
 # Part main: T, main's targets at 1..8 columns (4096 x 14336, every type of the table); C, every CUDA
 # self-test; S, memcheck and synccheck on every self-test case of the three CUDA providers; A, nlold2 (IQ4_NL's
 # 2..8-column tile kernels on the older selectors) and nc2s3 (the one-wave 2-column launch at 3 stages) against base
-# at 2, 4 and 8 columns on six shapes. On a card other than an H200 it runs T and A only (main's checks ran on an H100
-# in the fifty-fourth session), and the other two parts do nothing.
+# at 2, 4 and 8 columns on six shapes. On a card other than an H200 (main's checks ran on an H100 in the fifty-fourth
+# session) main runs T and A only, short T only, and racecheck and gpu-tests nothing.
 set -u
 PART=${1:-main}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -54,6 +56,13 @@ case "$PART" in
       grep -E "ERROR SUMMARY|[1-9][0-9]* failed|FAIL|no case|timed out|killed" "$OUT/device-ab-S.txt" | sort | uniq -c | sort -rn | head -12; el
     fi
     part_a ;;
+  short)
+    if h200 "part C"; then
+      echo "### part C: every CUDA self-test, base"
+      timeout 110 scripts/device-ab --no-bench --selftest base > /dev/null 2>&1; echo "rc $?"; save C
+      grep -E "passed|failed|FAIL|no case" "$OUT/device-ab-C.txt" | sed 's/(seed.*//' | sort | uniq -c | sort -rn | head -8; el
+    fi
+    part_t ;;
   racecheck)
     h200 racecheck || exit 0
     timeout 575 scripts/device-ab --no-bench --sanitize-all --tools racecheck base > /dev/null 2>&1; echo "rc $?"

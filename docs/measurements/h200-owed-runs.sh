@@ -25,6 +25,7 @@
 # session) main runs T and A only, short T only, and racecheck and gpu-tests nothing.
 set -u
 PART=${1:-main}
+case "$PART" in main|short|racecheck|gpu-tests) ;; *) echo "usage: $0 [main|short|racecheck|gpu-tests]" >&2; exit 2 ;; esac
 exec > >(tee "$OUT/log.txt") 2>&1
 T0=$(date +%s); el() { echo "-- t=$(( $(date +%s) - T0 )) s"; }
 save() { cp "$OUT/device-ab.txt" "$OUT/device-ab-$1.txt"; }
@@ -35,6 +36,11 @@ part_t() {
   echo "### part T: main's targets, 1..8 columns, 4096x14336"
   timeout 150 scripts/device-ab --passes 3 --ncols 1,2,3,4,5,6,7,8 base > /dev/null 2>&1; echo "rc $?"; save T
   grep -m1 bandwidth "$OUT/device-ab-T.txt"; sed -n '/== summary/,$p' "$OUT/device-ab-T.txt"; el
+}
+part_c() { # $1: the seconds it may take
+  echo "### part C: every CUDA self-test, base"
+  timeout "$1" scripts/device-ab --no-bench --selftest base > /dev/null 2>&1; echo "rc $?"; save C
+  grep -E "passed|failed|FAIL|no case" "$OUT/device-ab-C.txt" | sed 's/(seed.*//' | sort | uniq -c | sort -rn | head -8; el
 }
 part_a() {
   echo "### part A: nlold2 and nc2s3 against base, IQ4_NL at 2, 4, 8 columns"
@@ -47,9 +53,7 @@ case "$PART" in
   main)
     part_t
     if h200 "parts C and S"; then
-      echo "### part C: every CUDA self-test, base"
-      timeout 150 scripts/device-ab --no-bench --selftest base > /dev/null 2>&1; echo "rc $?"; save C
-      grep -E "passed|failed|FAIL|no case" "$OUT/device-ab-C.txt" | sed 's/(seed.*//' | sort | uniq -c | sort -rn | head -8; el
+      part_c 150
       echo "### part S: memcheck and synccheck on every self-test case, base"
       timeout 220 scripts/device-ab --no-bench --sanitize-all --tools memcheck,synccheck base > /dev/null 2>&1
       echo "rc $?"; save S
@@ -57,11 +61,7 @@ case "$PART" in
     fi
     part_a ;;
   short)
-    if h200 "part C"; then
-      echo "### part C: every CUDA self-test, base"
-      timeout 110 scripts/device-ab --no-bench --selftest base > /dev/null 2>&1; echo "rc $?"; save C
-      grep -E "passed|failed|FAIL|no case" "$OUT/device-ab-C.txt" | sed 's/(seed.*//' | sort | uniq -c | sort -rn | head -8; el
-    fi
+    if h200 "part C"; then part_c 110; fi
     part_t ;;
   racecheck)
     h200 racecheck || exit 0
@@ -73,5 +73,4 @@ case "$PART" in
     h200 kpr_gpu_tests || exit 0
     timeout 400 scripts/device-ab --no-bench --gpu-tests base > /dev/null 2>&1; echo "rc $?"
     grep -E "PASSED|FAILED|tests ran|Skipped|SKIPPED|cases" "$OUT/device-ab.txt" | head -12; el ;;
-  *) echo "usage: $0 main|racecheck|gpu-tests" >&2; exit 2 ;;
 esac
